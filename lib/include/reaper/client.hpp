@@ -1,0 +1,93 @@
+// The Docker Engine API client: HTTP/1.1 over the engine's unix socket (or plain TCP).
+#pragma once
+
+#include <reaper/engine.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace reaper {
+
+// Where the engine listens, as written in DOCKER_HOST.
+struct EngineAddress {
+    enum class Kind { Unix, Tcp };
+    Kind kind = Kind::Unix;
+    std::string path;  // Unix
+    std::string host;  // Tcp
+    std::uint16_t port = 0;
+
+    // Accepts "unix:///abs/path", "tcp://host:port" (no TLS) and a bare absolute path.
+    // Throws std::invalid_argument naming the input and what is wrong with it.
+    static EngineAddress parse(std::string_view text);
+    // DOCKER_HOST if set and non-empty, else unix:///var/run/docker.sock.
+    static EngineAddress from_environment();
+    std::string to_string() const;
+};
+
+inline constexpr const char* default_engine_address = "unix:///var/run/docker.sock";
+
+struct ClientOptions {
+    EngineAddress address;
+    // Receive/send timeout set on the socket for each request. Waits and event streams
+    // have their own bounds.
+    std::chrono::milliseconds request_timeout{30'000};
+    std::chrono::milliseconds connect_timeout{5'000};
+    // The negotiated API version is min(engine's, max_api_version); an engine whose
+    // highest version is below min_api_version is refused.
+    std::string min_api_version = "1.40";
+    std::string max_api_version = "1.43";
+    // Idle kept-alive connections kept for reuse; more are closed after their request.
+    std::size_t max_idle_connections = 4;
+};
+
+// Query-string helpers, public for their unit tests.
+std::string url_encode(std::string_view text);
+std::string encode_filters(const Filters& filters);  // the JSON the engine wants in ?filters=
+// Compares dotted versions numerically: <0, 0, >0.
+int compare_api_versions(std::string_view a, std::string_view b);
+
+// The real Engine. Thread-safe: each call borrows a connection of its own (an idle kept-alive
+// one or a new one), so calls from several threads run in parallel. A Client owns every
+// connection it opens, including those of its event streams; close() shuts all of them
+// down (in-flight calls fail with ClientClosed) and releases the fds; two clients never
+// share a connection and there is no process-wide state.
+class Client final : public Engine {
+public:
+    // Does not connect; the first call does, and negotiates the API version then.
+    explicit Client(ClientOptions options);
+    ~Client() override;
+    Client(const Client&) = delete;
+    Client& operator=(const Client&) = delete;
+
+    // The negotiated API version ("1.41"); negotiates now if no call has yet.
+    std::string api_version();
+    const ClientOptions& options() const noexcept;
+    // Open connections right now (idle + busy + streams): for leak tests.
+    std::size_t open_connections() const;
+
+    void ping() override;
+    VersionInfo version() override;
+    std::vector<ContainerSummary> list_containers(const ListOptions& options) override;
+    ContainerInfo inspect(const std::string& id) override;
+    std::string create(const ContainerSpec& spec) override;
+    void start(const std::string& id) override;
+    void stop(const std::string& id, std::chrono::seconds grace) override;
+    void kill(const std::string& id, const std::string& signal = "SIGKILL") override;
+    void remove(const std::string& id, const RemoveOptions& options) override;
+    int wait(const std::string& id, std::chrono::milliseconds timeout) override;
+    int exec(const std::string& id, const std::vector<std::string>& cmd,
+             std::chrono::milliseconds timeout) override;
+    void import_image(std::istream& tar, const std::string& reference) override;
+    std::unique_ptr<EventStream> events(const EventsOptions& options) override;
+    void close() noexcept override;
+
+    struct Impl;
+
+private:
+    std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace reaper

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs, from Debian only, whatever the build, the tests and the demo need and is missing.
+# Idempotent: a second run checks with dpkg and installs nothing.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config ccache
+  libpoco-dev libyaml-cpp-dev libsystemd-dev libboost-test-dev
+  docker.io busybox-static curl tar procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # docker.io's postinst may try to start the system dockerd; the tests never use it.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "deps: all present"
+fi

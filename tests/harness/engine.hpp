@@ -1,0 +1,54 @@
+// The test harness: a private, real dockerd for each test process, and helpers the
+// integration tests share. Nothing here skips: if an engine cannot be started, the test
+// fails with the engine's log.
+#pragma once
+
+#include <reaper/client.hpp>
+
+#include <cstddef>
+#include <string>
+
+namespace reaper::test {
+
+// One dockerd in its own temp dir, run by tests/harness/engine-guard. The guard stops the
+// engine by its pid and removes the dir when this object is destroyed, and also when the
+// test process dies any other way (its stdin pipe closes).
+class PrivateEngine {
+public:
+    PrivateEngine();  // starts the engine and imports the test image
+    ~PrivateEngine();
+    PrivateEngine(const PrivateEngine&) = delete;
+    PrivateEngine& operator=(const PrivateEngine&) = delete;
+
+    const std::string& dir() const { return dir_; }
+    std::string socket_path() const { return dir_ + "/docker.sock"; }
+    std::string address() const { return "unix://" + socket_path(); }
+    ClientOptions client_options() const;
+
+    // Fault injection: SIGKILL the engine, then start it again on the same dirs.
+    void kill();
+    void start();
+
+    // A busybox image made offline (sh, sleep, yes, echo, cat, true, false, ...).
+    static constexpr const char* image = "reaper-test/busybox:latest";
+
+private:
+    std::string command(const std::string& line);
+    struct Guard;
+    Guard* guard_;
+    std::string dir_;
+};
+
+// The test process's engine, started on first use and stopped at exit.
+PrivateEngine& engine();
+
+// Imports the busybox test image into the engine behind `client`.
+void import_busybox_image(Engine& client, const std::string& reference);
+
+// Open file descriptors of this process right now.
+std::size_t open_fd_count();
+
+// A name unique in this test run: prefix-<pid>-<counter>.
+std::string unique_name(const std::string& prefix);
+
+}  // namespace reaper::test
