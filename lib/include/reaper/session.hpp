@@ -1,0 +1,213 @@
+// A Session: one engine client of its own plus the container it opened, cleaned up whatever
+// happens.
+//
+//   reaper::Session session;                    // acquires nothing yet
+//   session.create(spec);                        // or create_from_template(...), attach(...)
+//   session.engine().exec(session.container_id(), {"echo", "hi"}, 5s);
+//   session.close();                             // or let the destructor do it
+//
+// Guarantees:
+// - Opening acquires the engine client from the factory, then (when reaperd is reachable)
+//   a lease for the session id, then creates/attaches and waits until the container is
+//   ready. If any step after acquiring the client fails, the open cleans up before the
+//   exception leaves: a container this open created is force-removed (or, failing that,
+//   reported to reaperd as an orphan and logged), an attached container is never touched,
+//   the lease is released, the client is closed exactly once, and the object holds no client
+//   and no container. The ORIGINAL exception is rethrown unchanged (same type and message);
+//   a cleanup failure never replaces it: it is logged through SessionOptions::log (with the
+//   exception in LogRecord::error) and kept in last_cleanup_error().
+// - close() and the destructor never throw and are idempotent. With delete-on-exit (default
+//   for a created container, off for an attached one) the container is removed; if the engine
+//   refuses (409, 5xx, ...), it is killed and force-removed, retried until
+//   SessionOptions::teardown_budget is spent; if it is still there, it is reported to reaperd
+//   as an orphan (when reachable) and logged. Then the lease is released and the client
+//   closed, always, whatever happened before.
+// - Every container a Session creates carries the session label (SessionOptions::label_key =
+//   session id) and log caps from its creation on, so reaperd can find and cap it even if
+//   this process dies while opening.
+// - Sessions share nothing: many may live in the threads of one process. One Session object
+//   is not meant to be used from several threads at once.
+#pragma once
+
+#include <reaper/client.hpp>
+#include <reaper/engine.hpp>
+#include <reaper/template.hpp>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace reaper {
+
+namespace control {
+class Lease;
+}
+
+// ---- logging ----------------------------------------------------------------------------
+enum class LogLevel { Debug, Info, Warning, Error };
+const char* to_string(LogLevel level);
+
+struct LogRecord {
+    LogLevel level = LogLevel::Info;
+    std::string session_id;
+    std::string container_id;  // "" when none is concerned
+    std::string message;
+    std::exception_ptr error;  // the failure behind the record, when there is one
+};
+
+// Receives the library's log records. Called from the thread that runs the Session call;
+// a sink shared by several Sessions must be thread-safe. Exceptions it throws are swallowed.
+using LogSink = std::function<void(const LogRecord&)>;
+
+// A sink writing one line per record at or above `min_level` to stderr (one write() each,
+// so lines of concurrent sessions do not interleave). The default sink is
+// stderr_log_sink(LogLevel::Warning).
+LogSink stderr_log_sink(LogLevel min_level = LogLevel::Warning);
+
+// ---- options ----------------------------------------------------------------------------
+using EngineFactory = std::function<std::unique_ptr<Engine>()>;
+
+// A factory making a fresh reaper::Client with `options` on every call.
+EngineFactory client_factory(ClientOptions options);
+
+struct SessionOptions {
+    // "" = a fresh random id ("s-" + 16 hex digits). Must pass control::validate_session_id.
+    std::string session_id;
+    // Makes the session's own engine client; empty = client_factory() with DOCKER_HOST
+    // (EngineAddress::from_environment()).
+    EngineFactory engine_factory;
+
+    // Label put on every created container: label_key=<session id>.
+    std::string label_key = "reaperd.session";
+    // Log caps for created containers whose spec uses the json-file or local driver (or
+    // none, which becomes log_driver): options the spec does not set are added.
+    std::string log_driver = "json-file";
+    std::map<std::string, std::string> log_caps{{"max-size", "10m"}, {"max-file", "2"}};
+
+    // Talk to reaperd: take a lease at open, report orphans at teardown. An unreachable
+    // daemon is not an error (logged at Info).
+    bool use_daemon = true;
+    std::string control_socket;  // "" = control::socket_path_from_environment()
+    std::chrono::milliseconds control_timeout{2000};
+
+    // Readiness: running, healthy when the container has a health check, and
+    // `readiness_probe` (if not empty) exiting 0 in it, all within ready_timeout.
+    std::chrono::milliseconds ready_timeout{30'000};
+    std::chrono::milliseconds ready_poll_interval{100};
+    std::vector<std::string> readiness_probe;
+    std::chrono::milliseconds probe_timeout{5'000};  // one probe run
+
+    // Unset: true for a created container, false for an attached one.
+    std::optional<bool> delete_on_exit;
+    // Total time teardown (and a failed open's cleanup) may spend removing a container.
+    std::chrono::milliseconds teardown_budget{5'000};
+
+    LogSink log = stderr_log_sink();
+};
+
+// ---- errors -----------------------------------------------------------------------------
+// The container did not become ready: it stopped, turned unhealthy, or the timeout passed.
+class NotReady : public std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// ---- teardown outcome -------------------------------------------------------------------
+struct TeardownResult {
+    enum class Container {
+        None,      // the session had no container (never opened, or already closed)
+        Removed,   // deleted (or found already gone)
+        Kept,      // delete-on-exit was off
+        Orphaned,  // still there after the budget; see orphan_reported
+    };
+    Container container = Container::None;
+    std::string container_id;
+    bool forced = false;           // the plain delete was refused and force was used
+    bool orphan_reported = false;  // reaperd accepted the orphan report
+};
+const char* to_string(TeardownResult::Container outcome);
+
+// ---- the session ------------------------------------------------------------------------
+class Session {
+public:
+    // Holds nothing and connects nowhere until an open call. Throws std::invalid_argument for
+    // a bad session id.
+    explicit Session(SessionOptions options = {});
+    ~Session();  // close()
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // Open calls. A Session opens once: a second open call (also after a failed one) throws
+    // std::logic_error. On failure, see the guarantees at the top of this file.
+    //
+    // Creates a container from `spec` (plus the session label and log caps) and starts it.
+    // Throws std::invalid_argument, before acquiring anything, if the spec already carries
+    // the session label key with another value or has no image.
+    void create(const ContainerSpec& spec);
+    // Like create(), from a template; its readiness probe and timeout take precedence over
+    // the options'.
+    void create_from_template(const SessionTemplate& tmpl);
+    // Looks `name` up first (std::out_of_range when unknown, before acquiring anything).
+    void create_from_template(const TemplateLibrary& templates, const std::string& name);
+    // Attaches to an existing container by id or name; it must be running (and become
+    // ready). Never deleted unless delete_on_exit is set to true.
+    void attach(const std::string& id_or_name);
+
+    // Tears down as described above. Never throws; later calls return the first result.
+    TeardownResult close() noexcept;
+
+    const std::string& id() const noexcept { return session_id_; }
+    bool is_open() const noexcept { return engine_ != nullptr; }
+    // The container's full id; "" when not open.
+    const std::string& container_id() const noexcept { return container_id_; }
+    bool created_container() const noexcept { return created_; }
+    // The session's own client. Throws std::logic_error when not open.
+    Engine& engine();
+    // True while a reaperd lease for this session is held and alive.
+    bool holds_lease() const;
+
+    bool delete_on_exit() const noexcept { return delete_on_exit_; }
+    void set_delete_on_exit(bool value) noexcept { delete_on_exit_ = value; }
+
+    // The last failure during a failed open's cleanup or a teardown (null when none).
+    std::exception_ptr last_cleanup_error() const noexcept { return last_cleanup_error_; }
+    // The result of close(), once it ran.
+    const std::optional<TeardownResult>& teardown_result() const noexcept { return teardown_; }
+
+private:
+    enum class Phase { Fresh, Open, Closed };
+
+    void begin_open();
+    void open_created(const ContainerSpec& spec, const std::vector<std::string>& probe,
+                      std::chrono::milliseconds ready_timeout);
+    void acquire_lease();
+    void wait_ready(const std::vector<std::string>& probe, std::chrono::milliseconds timeout);
+    void cleanup_failed_open() noexcept;
+    void remove_container(TeardownResult& result, bool force_first) noexcept;
+    bool remove_after_failed_create() noexcept;
+    void report_orphan(TeardownResult& result) noexcept;
+    void release_lease_and_client() noexcept;
+    void log(LogLevel level, std::string message, std::exception_ptr error = nullptr) const noexcept;
+
+    SessionOptions options_;
+    std::string session_id_;
+    Phase phase_ = Phase::Fresh;
+    std::unique_ptr<Engine> engine_;
+    std::unique_ptr<control::Lease> lease_;
+    std::string container_id_;
+    bool created_ = false;
+    bool delete_on_exit_ = true;
+    std::exception_ptr last_cleanup_error_;
+    std::optional<TeardownResult> teardown_;
+};
+
+// A random session id: "s-" followed by 16 hex digits.
+std::string make_session_id();
+
+}  // namespace reaper

@@ -1,0 +1,397 @@
+#include <reaper/session.hpp>
+
+#include <reaper/control.hpp>
+
+#include <algorithm>
+#include <iomanip>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+namespace reaper {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string describe(const std::exception_ptr& error) {
+    if (!error) return {};
+    try {
+        std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+        return e.what();
+    } catch (...) {
+        return "unknown exception";
+    }
+}
+
+bool driver_takes_caps(const std::string& driver) { return driver == "json-file" || driver == "local"; }
+
+void sleep_until_at_most(Clock::time_point deadline, milliseconds step) {
+    auto now = Clock::now();
+    if (now >= deadline) return;
+    std::this_thread::sleep_for(std::min<Clock::duration>(step, deadline - now));
+}
+
+}  // namespace
+
+const char* to_string(LogLevel level) {
+    switch (level) {
+        case LogLevel::Debug: return "debug";
+        case LogLevel::Info: return "info";
+        case LogLevel::Warning: return "warning";
+        case LogLevel::Error: return "error";
+    }
+    return "?";
+}
+
+const char* to_string(TeardownResult::Container outcome) {
+    switch (outcome) {
+        case TeardownResult::Container::None: return "none";
+        case TeardownResult::Container::Removed: return "removed";
+        case TeardownResult::Container::Kept: return "kept";
+        case TeardownResult::Container::Orphaned: return "orphaned";
+    }
+    return "?";
+}
+
+LogSink stderr_log_sink(LogLevel min_level) {
+    return [min_level](const LogRecord& record) {
+        if (record.level < min_level) return;
+        std::string line = "reaper: ";
+        line += to_string(record.level);
+        line += ": session " + record.session_id;
+        if (!record.container_id.empty()) line += " container " + record.container_id.substr(0, 12);
+        line += ": " + record.message;
+        if (record.error) line += ": " + describe(record.error);
+        line += '\n';
+        // One write per record: lines of concurrent sessions stay whole.
+        [[maybe_unused]] auto written = ::write(2, line.data(), line.size());
+    };
+}
+
+EngineFactory client_factory(ClientOptions options) {
+    return [options = std::move(options)]() -> std::unique_ptr<Engine> {
+        return std::make_unique<Client>(options);
+    };
+}
+
+std::string make_session_id() {
+    std::random_device device;
+    std::uint64_t bits = (std::uint64_t{device()} << 32) ^ device();
+    std::ostringstream out;
+    out << "s-" << std::hex << std::setw(16) << std::setfill('0') << bits;
+    return out.str();
+}
+
+Session::Session(SessionOptions options)
+    : options_(std::move(options)),
+      session_id_(options_.session_id.empty() ? make_session_id() : options_.session_id) {
+    try {
+        control::validate_session_id(session_id_);
+    } catch (const control::ProtocolViolation& e) {
+        throw std::invalid_argument(std::string("bad session id: ") + e.what());
+    }
+    if (options_.label_key.empty()) throw std::invalid_argument("session label key is empty");
+    if (!options_.engine_factory) {
+        ClientOptions client;
+        client.address = EngineAddress::from_environment();
+        options_.engine_factory = client_factory(std::move(client));
+    }
+    if (options_.control_socket.empty()) options_.control_socket = control::socket_path_from_environment();
+}
+
+Session::~Session() { close(); }
+
+Engine& Session::engine() {
+    if (!engine_) throw std::logic_error("session " + session_id_ + " is not open");
+    return *engine_;
+}
+
+bool Session::holds_lease() const {
+    try {
+        return lease_ && lease_->alive();
+    } catch (...) {
+        return false;
+    }
+}
+
+void Session::log(LogLevel level, std::string message, std::exception_ptr error) const noexcept {
+    if (!options_.log) return;
+    try {
+        LogRecord record{level, session_id_, container_id_, std::move(message), std::move(error)};
+        options_.log(record);
+    } catch (...) {
+        // A failing sink must not turn teardown into a throwing operation.
+    }
+}
+
+void Session::begin_open() {
+    if (phase_ != Phase::Fresh)
+        throw std::logic_error("session " + session_id_ + " was already opened; a Session opens once");
+    phase_ = Phase::Open;
+    delete_on_exit_ = options_.delete_on_exit.value_or(true);
+}
+
+void Session::acquire_lease() {
+    if (!options_.use_daemon) return;
+    try {
+        lease_ = control::ControlClient(options_.control_socket, options_.control_timeout).lease(session_id_);
+        log(LogLevel::Debug, "holding a reaperd lease via " + options_.control_socket);
+    } catch (...) {
+        lease_.reset();
+        log(LogLevel::Info, "reaperd not reachable at " + options_.control_socket + "; working without a lease",
+            std::current_exception());
+    }
+}
+
+void Session::create(const ContainerSpec& spec) {
+    open_created(spec, options_.readiness_probe, options_.ready_timeout);
+}
+
+void Session::create_from_template(const SessionTemplate& tmpl) {
+    ContainerSpec spec = tmpl.spec;
+    spec.name.clear();
+    open_created(spec, tmpl.readiness_probe.empty() ? options_.readiness_probe : tmpl.readiness_probe,
+                 tmpl.ready_timeout.value_or(options_.ready_timeout));
+}
+
+void Session::create_from_template(const TemplateLibrary& templates, const std::string& name) {
+    create_from_template(templates.get(name));
+}
+
+void Session::open_created(const ContainerSpec& requested, const std::vector<std::string>& probe,
+                           milliseconds ready_timeout) {
+    if (requested.image.empty()) throw std::invalid_argument("container spec has no image");
+    ContainerSpec spec = requested;
+    auto [label, inserted] = spec.labels.emplace(options_.label_key, session_id_);
+    if (!inserted && label->second != session_id_)
+        throw std::invalid_argument("container spec already carries label " + options_.label_key + "=" +
+                                    label->second + ", not this session's " + session_id_);
+    if (spec.log_config.type.empty()) spec.log_config.type = options_.log_driver;
+    if (driver_takes_caps(spec.log_config.type))
+        for (const auto& [key, value] : options_.log_caps) spec.log_config.options.emplace(key, value);
+
+    begin_open();
+    engine_ = options_.engine_factory();
+    if (!engine_) {
+        phase_ = Phase::Closed;
+        throw std::logic_error("engine factory returned no engine");
+    }
+    try {
+        acquire_lease();
+        created_ = true;
+        container_id_ = engine_->create(spec);
+        log(LogLevel::Debug, "created container from image " + spec.image);
+        engine_->start(container_id_);
+        wait_ready(probe, ready_timeout);
+    } catch (...) {
+        auto original = std::current_exception();
+        cleanup_failed_open();
+        std::rethrow_exception(original);
+    }
+}
+
+void Session::attach(const std::string& id_or_name) {
+    if (id_or_name.empty()) throw std::invalid_argument("attach: empty container id or name");
+    begin_open();
+    delete_on_exit_ = options_.delete_on_exit.value_or(false);
+    engine_ = options_.engine_factory();
+    if (!engine_) {
+        phase_ = Phase::Closed;
+        throw std::logic_error("engine factory returned no engine");
+    }
+    try {
+        acquire_lease();
+        container_id_ = engine_->inspect(id_or_name).id;
+        log(LogLevel::Debug, "attached to " + id_or_name);
+        wait_ready(options_.readiness_probe, options_.ready_timeout);
+    } catch (...) {
+        auto original = std::current_exception();
+        cleanup_failed_open();
+        std::rethrow_exception(original);
+    }
+}
+
+void Session::wait_ready(const std::vector<std::string>& probe, milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::string waiting_for = "running";
+    for (;;) {
+        ContainerInfo info = engine_->inspect(container_id_);
+        const auto& state = info.state;
+        if (!state.running && !state.restarting) {
+            std::ostringstream what;
+            what << "container " << container_id_.substr(0, 12) << " is not running (status " << state.status
+                 << ", exit code " << state.exit_code;
+            if (!state.error.empty()) what << ", error: " << state.error;
+            what << ")";
+            throw NotReady(what.str());
+        }
+        if (state.running && info.has_healthcheck && state.health_status == "unhealthy")
+            throw NotReady("container " + container_id_.substr(0, 12) + " is unhealthy");
+        bool healthy = !info.has_healthcheck || state.health_status == "healthy";
+        if (state.running && !healthy) waiting_for = "healthy";
+        if (state.running && healthy) {
+            if (probe.empty()) return;
+            waiting_for = "the readiness probe to exit 0";
+            auto remaining = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+            auto probe_timeout = std::max(milliseconds{1}, std::min(options_.probe_timeout, remaining));
+            int exit_code = engine_->exec(container_id_, probe, probe_timeout);
+            if (exit_code == 0) return;
+            log(LogLevel::Debug, "readiness probe exited " + std::to_string(exit_code));
+        }
+        if (Clock::now() >= deadline)
+            throw NotReady("container " + container_id_.substr(0, 12) + " not ready within " +
+                           std::to_string(timeout.count()) + " ms (waiting for " + waiting_for + ")");
+        sleep_until_at_most(deadline, options_.ready_poll_interval);
+    }
+}
+
+void Session::cleanup_failed_open() noexcept {
+    TeardownResult result;
+    result.container_id = container_id_;
+    if (created_) {
+        if (!container_id_.empty()) {
+            // A half-created sandbox must not outlive the failed open: force straight away.
+            remove_container(result, true);
+        } else if (remove_after_failed_create()) {
+            result.container = TeardownResult::Container::Removed;
+        }
+    }
+    release_lease_and_client();
+    teardown_ = result;
+}
+
+// The create call failed, yet the engine may have made the container (a timeout or a broken
+// connection after the request went out). Every container of this session carries the label,
+// and a Session opens once, so any container with it was made by this open.
+bool Session::remove_after_failed_create() noexcept {
+    std::vector<ContainerSummary> found;
+    try {
+        ListOptions list;
+        list.all = true;
+        list.filters["label"] = {options_.label_key + "=" + session_id_};
+        found = engine_->list_containers(list);
+    } catch (...) {
+        last_cleanup_error_ = std::current_exception();
+        log(LogLevel::Warning, "after a failed create, could not look for a container of this session",
+            last_cleanup_error_);
+        return false;
+    }
+    bool removed_any = false;
+    for (const auto& summary : found) {
+        TeardownResult result;
+        container_id_ = summary.id;
+        remove_container(result, true);
+        removed_any = removed_any || result.container == TeardownResult::Container::Removed;
+    }
+    container_id_.clear();
+    return removed_any;
+}
+
+void Session::remove_container(TeardownResult& result, bool force_first) noexcept {
+    const auto deadline = Clock::now() + options_.teardown_budget;
+    const std::string id = container_id_;
+    result.container_id = id;
+    std::exception_ptr last_error;
+    auto gone = [&] {
+        result.container = TeardownResult::Container::Removed;
+        log(LogLevel::Debug, result.forced ? "container force-removed" : "container removed");
+    };
+    if (!force_first) {
+        try {
+            engine_->remove(id, RemoveOptions{});
+            return gone();
+        } catch (const NotFound&) {
+            return gone();
+        } catch (...) {
+            last_error = std::current_exception();
+            log(LogLevel::Info, "delete refused; killing and force-removing", last_error);
+        }
+    }
+    result.forced = true;
+    milliseconds backoff{50};
+    for (;;) {
+        try {
+            engine_->kill(id);
+        } catch (const NotFound&) {
+            return gone();
+        } catch (...) {
+            // Not running any more, or the kill failed: the force-remove below decides.
+        }
+        try {
+            engine_->remove(id, RemoveOptions{.force = true});
+            return gone();
+        } catch (const NotFound&) {
+            return gone();
+        } catch (...) {
+            last_error = std::current_exception();
+        }
+        // 409 "removal already in progress" ends with the container gone: look again.
+        try {
+            engine_->inspect(id);
+        } catch (const NotFound&) {
+            return gone();
+        } catch (...) {
+        }
+        if (Clock::now() + backoff >= deadline) break;
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, milliseconds{500});
+    }
+    last_cleanup_error_ = last_error;
+    result.container = TeardownResult::Container::Orphaned;
+    report_orphan(result);
+    log(LogLevel::Warning,
+        std::string("container left behind after ") + std::to_string(options_.teardown_budget.count()) +
+            " ms of removal attempts; " +
+            (result.orphan_reported ? "reported to reaperd as an orphan" : "reaperd was not told"),
+        last_error);
+}
+
+void Session::report_orphan(TeardownResult& result) noexcept {
+    if (!options_.use_daemon) return;
+    try {
+        control::ControlClient(options_.control_socket, options_.control_timeout)
+            .report_orphan(result.container_id, session_id_);
+        result.orphan_reported = true;
+    } catch (...) {
+        log(LogLevel::Info, "could not report the orphan to reaperd at " + options_.control_socket,
+            std::current_exception());
+    }
+}
+
+void Session::release_lease_and_client() noexcept {
+    if (lease_) {
+        lease_->release();
+        lease_.reset();
+    }
+    if (engine_) {
+        engine_->close();
+        engine_.reset();
+    }
+    container_id_.clear();
+    phase_ = Phase::Closed;
+}
+
+TeardownResult Session::close() noexcept {
+    if (teardown_) return *teardown_;
+    TeardownResult result;
+    if (phase_ == Phase::Open && engine_) {
+        result.container_id = container_id_;
+        if (!container_id_.empty()) {
+            if (!delete_on_exit_) {
+                result.container = TeardownResult::Container::Kept;
+                log(LogLevel::Debug, "delete-on-exit is off; container kept");
+            } else {
+                remove_container(result, false);
+            }
+        }
+    }
+    release_lease_and_client();
+    teardown_ = result;
+    return result;
+}
+
+}  // namespace reaper
