@@ -1,0 +1,95 @@
+// The plain-stderr form of reaperd's log (used when not running under journald): one line
+// per record, priority first, fields as KEY=value pairs that split back apart.
+// The journald form is tested against a real journald in tests/integration/journal_test.cpp.
+#include "log.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+// Runs `emit` with fd 2 pointed at a temp file and returns what it wrote.
+template <typename F>
+std::string captured_stderr(F emit) {
+    // Chosen before the first record and kept for the process: force plain lines.
+    setenv("REAPERD_LOG_TARGET", "stderr", 1);
+    char path[] = "/tmp/reaperd-log-test.XXXXXX";
+    int fd = mkstemp(path);
+    BOOST_REQUIRE(fd >= 0);
+    std::fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    emit();
+    std::fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fd);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    unlink(path);
+    return text.str();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(record_with_fields_is_one_line) {
+    auto out = captured_stderr([] {
+        reaperd::log(reaperd::Priority::notice, reaperd::message_id::container_reaped,
+                     "container reaped",
+                     {{"CONTAINER_ID", "0123abcd"}, {"CONTAINER_NAME", "web-1"},
+                      {"SESSION_ID", "s-42"}, {"ACTION", "remove"}});
+    });
+    BOOST_TEST(out ==
+               "<5>notice: container reaped CONTAINER_ID=0123abcd CONTAINER_NAME=web-1 "
+               "SESSION_ID=s-42 ACTION=remove MESSAGE_ID=8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a01\n");
+}
+
+struct PriorityCase {
+    reaperd::Priority priority;
+    const char* expected;
+};
+
+BOOST_AUTO_TEST_CASE(each_priority_has_its_prefix) {
+    const PriorityCase cases[] = {
+        {reaperd::Priority::err, "<3>error: m\n"},
+        {reaperd::Priority::warning, "<4>warning: m\n"},
+        {reaperd::Priority::notice, "<5>notice: m\n"},
+        {reaperd::Priority::info, "<6>info: m\n"},
+        {reaperd::Priority::debug, "<7>debug: m\n"},
+    };
+    for (const auto& c : cases) {
+        auto out = captured_stderr([&] { reaperd::log(c.priority, "m"); });
+        BOOST_TEST(out == c.expected);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(values_with_spaces_quotes_and_newlines_stay_on_one_line) {
+    auto out = captured_stderr([] {
+        reaperd::log(reaperd::Priority::warning, reaperd::message_id::reap_failed,
+                     "reap failed:\nengine said no",
+                     {{"ERROR", "409 \"conflict\""}, {"CONTAINER_NAME", ""}, {"X", "a=b"}});
+    });
+    BOOST_TEST(out ==
+               "<4>warning: reap failed:\\nengine said no ERROR=\"409 \\\"conflict\\\"\" "
+               "CONTAINER_NAME=\"\" X=\"a=b\" MESSAGE_ID=8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a02\n");
+}
+
+BOOST_AUTO_TEST_CASE(message_ids_are_distinct_128_bit_hex) {
+    namespace id = reaperd::message_id;
+    const std::string_view ids[] = {id::container_reaped, id::reap_failed, id::log_capped,
+                                    id::session_ended,    id::engine_lost, id::engine_back,
+                                    id::reap_gave_up,     id::would_reap};
+    for (std::size_t i = 0; i < std::size(ids); ++i) {
+        BOOST_TEST(ids[i].size() == 32u);
+        BOOST_TEST(ids[i].find_first_not_of("0123456789abcdef") == std::string_view::npos);
+        for (std::size_t j = i + 1; j < std::size(ids); ++j) BOOST_TEST(ids[i] != ids[j]);
+    }
+}
