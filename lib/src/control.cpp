@@ -1,0 +1,506 @@
+#include "reaper/control.hpp"
+
+#include <Poco/Dynamic/Var.h>
+#include <Poco/Exception.h>
+#include <Poco/JSON/Array.h>
+#include <Poco/JSON/Object.h>
+#include <Poco/JSON/Parser.h>
+#include <Poco/Net/SocketAddress.h>
+#include <Poco/Net/StreamSocket.h>
+#include <Poco/Timespan.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <mutex>
+#include <sstream>
+
+namespace reaper::control {
+
+namespace {
+
+// Requests are flat objects; replies nest one level for "status", which the daemon fills
+// freely, so it gets more room.
+constexpr std::size_t request_max_depth = 2;
+constexpr std::size_t reply_max_depth = 64;
+
+std::string quoted(std::string_view text) {
+    std::string out = "\"";
+    for (char c : text.substr(0, 64)) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u >= 0x20 && u < 0x7f && c != '"' && c != '\\') {
+            out += c;
+        } else {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "\\x%02x", u);
+            out += hex;
+        }
+    }
+    if (text.size() > 64) out += "...";
+    return out + "\"";
+}
+
+// Where the first invalid UTF-8 sequence starts, or npos.
+std::size_t invalid_utf8_at(std::string_view text) {
+    std::size_t i = 0;
+    while (i < text.size()) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        std::size_t length = 0;
+        std::uint32_t code = 0;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            length = 2;
+            code = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            length = 3;
+            code = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            length = 4;
+            code = c & 0x07;
+        } else {
+            return i;
+        }
+        if (i + length > text.size()) return i;
+        for (std::size_t k = 1; k < length; ++k) {
+            const auto d = static_cast<unsigned char>(text[i + k]);
+            if ((d & 0xc0) != 0x80) return i;
+            code = (code << 6) | (d & 0x3f);
+        }
+        const bool overlong = (length == 2 && code < 0x80) || (length == 3 && code < 0x800) ||
+                              (length == 4 && code < 0x10000);
+        if (overlong || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return i;
+        i += length;
+    }
+    return std::string_view::npos;
+}
+
+void validate_token(std::string_view what, std::string_view value, std::size_t max_bytes) {
+    if (value.empty()) throw ProtocolViolation(std::string(what) + " is empty");
+    if (value.size() > max_bytes) {
+        throw ProtocolViolation(std::string(what) + " is " + std::to_string(value.size()) +
+                                " bytes long; the limit is " + std::to_string(max_bytes));
+    }
+    for (std::size_t i = 0; i < value.size(); ++i) {
+        const auto c = static_cast<unsigned char>(value[i]);
+        if (c <= 0x20 || c >= 0x7f) {
+            throw ProtocolViolation(std::string(what) + " " + quoted(value) +
+                                    " has a space, control or non-ASCII character at byte " +
+                                    std::to_string(i) + "; only printable ASCII is allowed");
+        }
+    }
+}
+
+// Parses one line as a JSON object, with the checks every message gets.
+Poco::JSON::Object::Ptr parse_object(std::string_view line, std::size_t max_bytes,
+                                     std::size_t max_depth, const char* what) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > max_bytes) {
+        throw ProtocolViolation(std::string(what) + " is " + std::to_string(line.size()) +
+                                " bytes long; the limit is " + std::to_string(max_bytes));
+    }
+    if (line.find_first_not_of(" \t") == std::string_view::npos) {
+        throw ProtocolViolation(std::string("empty ") + what);
+    }
+    if (const auto at = invalid_utf8_at(line); at != std::string_view::npos) {
+        throw ProtocolViolation(std::string(what) + " is not valid UTF-8 (byte " +
+                                std::to_string(at) + ")");
+    }
+    if (line.find('\0') != std::string_view::npos) {
+        throw ProtocolViolation(std::string(what) + " contains a NUL byte");
+    }
+    // Poco's parser cannot take a bare scalar at the top level; only objects are messages.
+    if (line[line.find_first_not_of(" \t")] != '{') {
+        throw ProtocolViolation(std::string(what) + " is not a JSON object");
+    }
+    Poco::Dynamic::Var parsed;
+    try {
+        Poco::JSON::Parser parser;
+        parser.setDepth(max_depth);
+        parsed = parser.parse(std::string(line));
+    } catch (const Poco::Exception& e) {
+        throw ProtocolViolation(std::string(what) + " is not valid JSON: " + e.message());
+    } catch (const std::exception& e) {
+        throw ProtocolViolation(std::string(what) + " is not valid JSON: " + e.what());
+    }
+    if (parsed.type() != typeid(Poco::JSON::Object::Ptr)) {
+        throw ProtocolViolation(std::string(what) + " is not a JSON object");
+    }
+    return parsed.extract<Poco::JSON::Object::Ptr>();
+}
+
+std::string string_field(const Poco::JSON::Object& object, const std::string& name) {
+    const auto value = object.get(name);
+    if (!value.isString()) {
+        throw ProtocolViolation("field \"" + name + "\" must be a string");
+    }
+    return value.extract<std::string>();
+}
+
+struct OpSpec {
+    Op op;
+    const char* name;
+    bool takes_session;
+    bool requires_session;
+    bool takes_container;
+};
+
+constexpr std::array<OpSpec, 5> op_specs{{
+    {Op::Lease, "lease", true, true, false},
+    {Op::End, "end", true, true, false},
+    {Op::Orphan, "orphan", true, false, true},
+    {Op::Status, "status", false, false, false},
+    {Op::Metrics, "metrics", false, false, false},
+}};
+
+const OpSpec& spec_of(Op op) {
+    for (const auto& spec : op_specs) {
+        if (spec.op == op) return spec;
+    }
+    throw ProtocolViolation("unknown op " + std::to_string(static_cast<int>(op)));
+}
+
+std::string stringify(const Poco::JSON::Object& object) {
+    std::ostringstream out;
+    object.stringify(out);
+    return out.str();
+}
+
+std::string one_line(std::string json) {
+    json += '\n';
+    return json;
+}
+
+// ---- client side -------------------------------------------------------------------------
+
+using Clock = std::chrono::steady_clock;
+
+std::string errno_text(int code) {
+    return code != 0 ? std::strerror(code) : std::string("unknown error");
+}
+
+std::string poco_error_text(const Poco::Exception& e) {
+    if (e.code() > 0 && e.code() < 4096) return errno_text(e.code());
+    return e.displayText();
+}
+
+class Connection {
+public:
+    Connection(const std::string& path, std::chrono::milliseconds timeout)
+        : path_(path), deadline_(Clock::now() + timeout) {
+        if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+            throw DaemonUnreachable("cannot reach reaperd at " + path + ": socket path is " +
+                                    std::to_string(path.size()) + " bytes; the limit is " +
+                                    std::to_string(sizeof(sockaddr_un::sun_path) - 1));
+        }
+        try {
+            const Poco::Net::SocketAddress address(Poco::Net::SocketAddress::UNIX_LOCAL, path);
+            socket_.connect(address, remaining());
+            const int fd = socket_.impl()->sockfd();
+            ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+        } catch (const Poco::Exception& e) {
+            throw DaemonUnreachable("cannot reach reaperd at " + path + ": " + poco_error_text(e));
+        }
+    }
+
+    void send(const std::string& data) {
+        std::size_t sent = 0;
+        try {
+            while (sent < data.size()) {
+                socket_.setSendTimeout(remaining());
+                const int n = socket_.sendBytes(data.data() + sent,
+                                                static_cast<int>(data.size() - sent), MSG_NOSIGNAL);
+                if (n <= 0) throw DaemonUnreachable(failure("the connection closed while sending"));
+                sent += static_cast<std::size_t>(n);
+            }
+        } catch (const Poco::TimeoutException&) {
+            throw DaemonUnreachable(failure("timed out sending the request"));
+        } catch (const Poco::Exception& e) {
+            throw DaemonUnreachable(failure(poco_error_text(e)));
+        }
+    }
+
+    // Reads exactly one reply line; the daemon sends nothing after it unprompted.
+    std::string receive_line() {
+        std::string line;
+        std::array<char, 4096> buffer;
+        try {
+            for (;;) {
+                socket_.setReceiveTimeout(remaining());
+                const int n = socket_.receiveBytes(buffer.data(), static_cast<int>(buffer.size()));
+                if (n <= 0) {
+                    throw DaemonUnreachable(failure(
+                        line.empty() ? "the daemon closed the connection without a reply"
+                                     : "the daemon closed the connection in the middle of a reply"));
+                }
+                const std::string_view chunk(buffer.data(), static_cast<std::size_t>(n));
+                const auto end = chunk.find('\n');
+                line.append(chunk.substr(0, end));
+                if (line.size() > max_reply_bytes) {
+                    throw ControlError(failure("reply longer than " +
+                                               std::to_string(max_reply_bytes) + " bytes"));
+                }
+                if (end != std::string_view::npos) return line;
+            }
+        } catch (const Poco::TimeoutException&) {
+            throw DaemonUnreachable(failure("timed out waiting for the reply"));
+        } catch (const Poco::Exception& e) {
+            throw DaemonUnreachable(failure(poco_error_text(e)));
+        }
+    }
+
+    Reply exchange(const Request& request) {
+        send(encode_request(request));
+        const auto line = receive_line();
+        Reply reply;
+        try {
+            reply = parse_reply(line);
+        } catch (const ProtocolViolation& e) {
+            throw ControlError(failure(std::string("garbled reply: ") + e.what()));
+        }
+        if (!reply.ok) throw ErrorReply("reaperd refused " + std::string(to_string(request.op)) +
+                                        ": " + reply.error);
+        return reply;
+    }
+
+    Poco::Net::StreamSocket socket() const { return socket_; }
+
+private:
+    Poco::Timespan remaining() const {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - Clock::now());
+        if (left.count() <= 0) throw DaemonUnreachable(failure("timed out"));
+        return Poco::Timespan(left.count());
+    }
+
+    std::string failure(const std::string& what) const {
+        return "talking to reaperd at " + path_ + ": " + what;
+    }
+
+    std::string path_;
+    Clock::time_point deadline_;
+    Poco::Net::StreamSocket socket_;
+};
+
+class SocketLease final : public Lease {
+public:
+    explicit SocketLease(Poco::Net::StreamSocket socket) : socket_(std::move(socket)) {}
+    ~SocketLease() override { release(); }
+
+    void release() noexcept override {
+        std::lock_guard lock(mutex_);
+        if (released_) return;
+        released_ = true;
+        try {
+            socket_.close();
+        } catch (...) {
+            // Closing can only fail on an already broken socket; the lease is gone either way.
+        }
+    }
+
+    bool alive() const override {
+        std::lock_guard lock(mutex_);
+        if (released_) return false;
+        pollfd p{socket_.impl()->sockfd(), POLLIN, 0};
+        const int ready = ::poll(&p, 1, 0);
+        if (ready <= 0) return true;
+        if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return false;
+        char byte;
+        const auto n = ::recv(p.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0) return false;
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+        // The daemon sends nothing on a lease connection; bytes mean it wrote an error
+        // reply before closing.
+        return false;
+    }
+
+    int native_handle() const noexcept override {
+        std::lock_guard lock(mutex_);
+        return released_ ? -1 : socket_.impl()->sockfd();
+    }
+
+private:
+    mutable std::mutex mutex_;
+    Poco::Net::StreamSocket socket_;
+    bool released_ = false;
+};
+
+}  // namespace
+
+const char* to_string(Op op) {
+    for (const auto& spec : op_specs) {
+        if (spec.op == op) return spec.name;
+    }
+    return "unknown";
+}
+
+void validate_session_id(std::string_view session) {
+    validate_token("session id", session, max_session_id_bytes);
+}
+
+void validate_container(std::string_view container) {
+    validate_token("container", container, max_container_bytes);
+}
+
+Request parse_request(std::string_view line) {
+    const auto object = parse_object(line, max_message_bytes, request_max_depth, "request");
+    if (!object->has("op")) throw ProtocolViolation("request has no \"op\" field");
+    const auto op_name = string_field(*object, "op");
+    const OpSpec* spec = nullptr;
+    for (const auto& candidate : op_specs) {
+        if (op_name == candidate.name) spec = &candidate;
+    }
+    if (spec == nullptr) {
+        throw ProtocolViolation("unknown op " + quoted(op_name) +
+                                "; expected lease, end, orphan, status or metrics");
+    }
+    for (const auto& [name, value] : *object) {
+        const bool known = name == "op" || (name == "session" && spec->takes_session) ||
+                           (name == "container" && spec->takes_container);
+        if (!known) {
+            throw ProtocolViolation("unexpected field " + quoted(name) + " for op \"" +
+                                    spec->name + "\"");
+        }
+    }
+    Request request;
+    request.op = spec->op;
+    if (spec->takes_session && object->has("session")) {
+        request.session = string_field(*object, "session");
+        validate_session_id(request.session);
+    } else if (spec->requires_session) {
+        throw ProtocolViolation(std::string("op \"") + spec->name +
+                                "\" needs a \"session\" field");
+    }
+    if (spec->takes_container) {
+        if (!object->has("container")) {
+            throw ProtocolViolation(std::string("op \"") + spec->name +
+                                    "\" needs a \"container\" field");
+        }
+        request.container = string_field(*object, "container");
+        validate_container(request.container);
+    }
+    return request;
+}
+
+std::string encode_request(const Request& request) {
+    const auto& spec = spec_of(request.op);
+    Poco::JSON::Object object(Poco::JSON_PRESERVE_KEY_ORDER);
+    object.set("op", std::string(spec.name));
+    if (spec.takes_container) {
+        validate_container(request.container);
+        object.set("container", request.container);
+    } else if (!request.container.empty()) {
+        throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no container");
+    }
+    if (spec.requires_session || (spec.takes_session && !request.session.empty())) {
+        validate_session_id(request.session);
+        object.set("session", request.session);
+    } else if (!request.session.empty()) {
+        throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no session");
+    }
+    return one_line(stringify(object));
+}
+
+std::string encode_ok() { return "{\"ok\":true}\n"; }
+
+std::string encode_error(std::string_view message) {
+    Poco::JSON::Object object(Poco::JSON_PRESERVE_KEY_ORDER);
+    object.set("ok", false);
+    // Messages quote client input; keep the reply valid UTF-8 whatever came in.
+    std::string text(message);
+    if (invalid_utf8_at(text) != std::string::npos) text = quoted(text);
+    object.set("error", text);
+    return one_line(stringify(object));
+}
+
+std::string encode_status_reply(std::string_view status_json) {
+    Poco::JSON::Object::Ptr status;
+    try {
+        status = parse_object(status_json, max_reply_bytes, reply_max_depth, "status");
+    } catch (const ProtocolViolation& e) {
+        throw ProtocolViolation(std::string("the daemon's status is unusable: ") + e.what());
+    }
+    Poco::JSON::Object object(Poco::JSON_PRESERVE_KEY_ORDER);
+    object.set("ok", true);
+    object.set("status", status);
+    return one_line(stringify(object));
+}
+
+std::string encode_metrics_reply(std::string_view metrics_text) {
+    Poco::JSON::Object object(Poco::JSON_PRESERVE_KEY_ORDER);
+    object.set("ok", true);
+    object.set("metrics", std::string(metrics_text));
+    return one_line(stringify(object));
+}
+
+Reply parse_reply(std::string_view line) {
+    const auto object = parse_object(line, max_reply_bytes, reply_max_depth, "reply");
+    const auto ok = object->get("ok");
+    if (!ok.isBoolean()) throw ProtocolViolation("reply has no boolean \"ok\" field");
+    Reply reply;
+    reply.ok = ok.extract<bool>();
+    if (!reply.ok) {
+        reply.error = object->has("error") ? string_field(*object, "error")
+                                           : std::string("(no error message)");
+        return reply;
+    }
+    if (object->has("status")) {
+        const auto status = object->getObject("status");
+        if (!status) throw ProtocolViolation("reply field \"status\" must be an object");
+        reply.status_json = stringify(*status);
+    }
+    if (object->has("metrics")) reply.metrics = string_field(*object, "metrics");
+    return reply;
+}
+
+std::string socket_path_from_environment() {
+    const char* path = std::getenv("REAPERD_SOCKET");
+    return path != nullptr && *path != '\0' ? std::string(path) : std::string(default_socket_path);
+}
+
+ControlClient::ControlClient(std::string socket_path, std::chrono::milliseconds timeout)
+    : socket_path_(std::move(socket_path)), timeout_(timeout) {}
+
+std::unique_ptr<Lease> ControlClient::lease(const std::string& session) {
+    Request request{Op::Lease, session, {}};
+    encode_request(request);
+    Connection connection(socket_path_, timeout_);
+    connection.exchange(request);
+    return std::make_unique<SocketLease>(connection.socket());
+}
+
+void ControlClient::end(const std::string& session) {
+    Request request{Op::End, session, {}};
+    encode_request(request);
+    Connection(socket_path_, timeout_).exchange(request);
+}
+
+void ControlClient::report_orphan(const std::string& container_id, const std::string& session) {
+    Request request{Op::Orphan, session, container_id};
+    encode_request(request);
+    Connection(socket_path_, timeout_).exchange(request);
+}
+
+std::string ControlClient::status_json() {
+    const auto reply = Connection(socket_path_, timeout_).exchange(Request{Op::Status, {}, {}});
+    if (reply.status_json.empty()) {
+        throw ControlError("talking to reaperd at " + socket_path_ + ": status reply has no \"status\"");
+    }
+    return reply.status_json;
+}
+
+std::string ControlClient::metrics_text() {
+    return Connection(socket_path_, timeout_).exchange(Request{Op::Metrics, {}, {}}).metrics;
+}
+
+}  // namespace reaper::control
