@@ -1,6 +1,9 @@
 // reaperd's configuration: the YAML file parsed into plain structs, then validated.
 // Every key, its meaning and its default is documented in config/reaperd.yaml, and a test
 // checks that file against the defaults below.
+//
+// Every duration is at most max_duration, so adding one to any clock's time_point cannot
+// overflow; validation guarantees the other ranges documented in config/reaperd.yaml.
 #pragma once
 
 #include <chrono>
@@ -13,19 +16,26 @@
 namespace reaperd {
 
 using Duration = std::chrono::milliseconds;
+inline constexpr Duration max_duration = std::chrono::hours{24 * 365};
 
 struct EngineConfig {
     std::string host;  // "" = $DOCKER_HOST, else unix:///var/run/docker.sock
     Duration request_timeout{std::chrono::seconds{30}};
+
+    friend bool operator==(const EngineConfig&, const EngineConfig&) = default;
 };
 
 struct ControlConfig {
     std::string socket = "/run/reaperd/control.sock";
     std::string group;  // "" = the daemon's own group; the socket is mode 0660
+
+    friend bool operator==(const ControlConfig&, const ControlConfig&) = default;
 };
 
 struct StateConfig {
     std::string dir = "/var/lib/reaperd";
+
+    friend bool operator==(const StateConfig&, const StateConfig&) = default;
 };
 
 struct SessionsConfig {
@@ -36,6 +46,8 @@ struct SessionsConfig {
     Duration max_age{0};          // 0 = off; label reaperd.max-age overrides per container
     Duration unclaimed_grace{0};  // 0 = off: sessions that never leased are left alone
     Duration tombstone_ttl{std::chrono::hours{24}};
+
+    friend bool operator==(const SessionsConfig&, const SessionsConfig&) = default;
 };
 
 struct ReaperConfig {
@@ -45,21 +57,31 @@ struct ReaperConfig {
     Duration retry_max{std::chrono::seconds{60}};
     unsigned concurrency = 4;          // removals in flight at once
     unsigned error_after_attempts = 10;  // failures before a retry is logged as an error
+
+    friend bool operator==(const ReaperConfig&, const ReaperConfig&) = default;
 };
 
 enum class LogAction { truncate, stop, kill, remove };
 enum class LogScope { sessions, all };
+std::string_view to_string(LogAction action) noexcept;  // "truncate", as in the config file
+std::string_view to_string(LogScope scope) noexcept;    // "sessions" or "all"
 
 struct LogsConfig {
-    std::uint64_t max_size_bytes = 0;  // 0 = caps off; label reaperd.log-max-size overrides
+    // 0 = caps off; label reaperd.log-max-size overrides. On by default: a runaway writer
+    // fills a disk in minutes, and no sane test log reaches 1GiB.
+    std::uint64_t max_size_bytes = std::uint64_t{1} << 30;
     LogAction action = LogAction::truncate;
     LogScope scope = LogScope::sessions;
     std::uint64_t total_max_size_bytes = 0;  // 0 = no budget over all capped containers
     Duration check_interval{std::chrono::seconds{1}};  // the periodic backstop
+
+    friend bool operator==(const LogsConfig&, const LogsConfig&) = default;
 };
 
 struct MetricsConfig {
     std::string listen;  // "" = no HTTP listener; else "127.0.0.1:9324"
+
+    friend bool operator==(const MetricsConfig&, const MetricsConfig&) = default;
 };
 
 struct Config {
@@ -70,6 +92,8 @@ struct Config {
     ReaperConfig reaper;
     LogsConfig logs;
     MetricsConfig metrics;
+
+    friend bool operator==(const Config&, const Config&) = default;
 };
 
 // One problem in a config file, located.
@@ -79,10 +103,13 @@ struct ConfigProblem {
     int column = 0;  // 1-based
     std::string key; // dotted path, e.g. "sessions.lease_grace"
     std::string message;  // what was expected / what is wrong
-    std::string to_string() const;  // "file:line:column: key: message"
+    // "file:line:column: key: message"; the location is left out when unknown (line 0),
+    // the key when empty (a YAML syntax error or an unreadable file).
+    std::string to_string() const;
 };
 
-// All the problems found in one file, reported at once.
+// All the problems found in one file, reported at once, in file order; what() lists them
+// one per line.
 class ConfigError : public std::runtime_error {
 public:
     explicit ConfigError(std::vector<ConfigProblem> problems);
@@ -99,12 +126,31 @@ Config parse_config(std::string_view yaml_text, const std::string& file);
 // Reads and parses a file; an unreadable file is a ConfigError too.
 Config load_config(const std::string& path);
 
-// "500ms", "10s", "5m", "2h", "1d", "0" -> milliseconds. Throws std::invalid_argument.
+// The config as YAML with every key (no comments), for --check-config to show the
+// effective config; parse_config(format_config(c), ...) == c.
+std::string format_config(const Config& config);
+// Every key the file may hold, dotted ("sessions.lease_grace"), in file order.
+std::vector<std::string> config_keys();
+
+// "500ms", "10s", "5m", "2h", "1d", "0" -> milliseconds: a whole number and one unit
+// (ms, s, m, h, d); only 0 may go without a unit. Throws std::invalid_argument naming the
+// text and what is wrong (negative, fraction, unknown unit, overflow).
 Duration parse_duration(std::string_view text);
-// "0", "1024", "10KiB", "10MiB", "1GiB", "1G", "10M", "100k" -> bytes (K/M/G and KiB/MiB/GiB
-// all binary, as docker's max-size is). Throws std::invalid_argument.
+// "0", "1024", "10KiB", "10MiB", "1GiB", "1G", "10M", "100k" -> bytes: a whole number and
+// an optional unit B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB, TiB (case-insensitive, all
+// binary, as docker's max-size is). Throws std::invalid_argument naming the text and what
+// is wrong.
 std::uint64_t parse_size(std::string_view text);
+// The largest unit that represents d exactly ("10s", "1500ms", "0"); parse_duration reads
+// it back to d for every d >= 0.
 std::string format_duration(Duration d);
+// The largest binary unit that represents bytes exactly ("100MiB", "1536KiB", "1023", "0");
+// parse_size reads it back.
 std::string format_size(std::uint64_t bytes);
+
+// A docker label key reaperd accepts in sessions.labels: 1 to 255 characters of letters,
+// digits, '.', '-', '_' and '/', starting and ending with a letter or digit
+// ("reaperd.session", "org.testcontainers.sessionId").
+bool label_key_valid(std::string_view key) noexcept;
 
 }  // namespace reaperd

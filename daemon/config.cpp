@@ -1,0 +1,937 @@
+#include "config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fcntl.h>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace reaperd {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- durations and sizes ----------------------------------------------------------------
+
+struct Unit {
+    std::string_view name;
+    std::uint64_t factor;
+};
+
+constexpr std::array<Unit, 5> duration_units{{
+    {"d", 86'400'000}, {"h", 3'600'000}, {"m", 60'000}, {"s", 1'000}, {"ms", 1}}};
+
+constexpr std::uint64_t KiB = 1024;
+constexpr std::array<Unit, 4> size_format_units{{
+    {"TiB", KiB * KiB * KiB * KiB}, {"GiB", KiB * KiB * KiB}, {"MiB", KiB * KiB}, {"KiB", KiB}}};
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_alnum(char c) {
+    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// A whole number followed by a unit, as written; `why` is set when the text is not that shape.
+struct Quantity {
+    std::uint64_t number = 0;
+    std::string_view unit;
+};
+
+std::optional<Quantity> split_quantity(std::string_view text, std::string& why) {
+    if (text.empty()) {
+        why = "empty";
+        return std::nullopt;
+    }
+    if (text.front() == '-') {
+        why = "negative values are not allowed";
+        return std::nullopt;
+    }
+    std::size_t digits = 0;
+    while (digits < text.size() && is_digit(text[digits]))
+        ++digits;
+    if (digits == 0)
+        return std::nullopt;  // nothing specific to say: the expected form says it all
+    if (digits < text.size() && (text[digits] == '.' || text[digits] == ',')) {
+        why = "fractions are not supported; use a smaller unit";
+        return std::nullopt;
+    }
+    Quantity q;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + digits, q.number);
+    if (ec == std::errc::result_out_of_range || end != text.data() + digits) {
+        why = "too large";
+        return std::nullopt;
+    }
+    q.unit = text.substr(digits);
+    return q;
+}
+
+// Parses a duration; on failure returns nullopt with `why` saying what is wrong (or empty
+// when the text is simply not a duration).
+std::optional<Duration> try_parse_duration(std::string_view text, std::string& why) {
+    auto q = split_quantity(text, why);
+    if (!q)
+        return std::nullopt;
+    if (q->unit.empty()) {
+        if (q->number == 0)
+            return Duration{0};
+        why = "no unit; write e.g. " + std::to_string(q->number) + "s (units: ms, s, m, h, d)";
+        return std::nullopt;
+    }
+    for (const Unit& u : duration_units) {
+        if (q->unit != u.name)
+            continue;
+        constexpr auto limit = static_cast<std::uint64_t>(std::numeric_limits<Duration::rep>::max());
+        if (q->number > limit / u.factor) {
+            why = "too large";
+            return std::nullopt;
+        }
+        return Duration{static_cast<Duration::rep>(q->number * u.factor)};
+    }
+    why = "unknown unit \"" + std::string(q->unit) + "\" (units: ms, s, m, h, d)";
+    return std::nullopt;
+}
+
+std::optional<std::uint64_t> try_parse_size(std::string_view text, std::string& why) {
+    auto q = split_quantity(text, why);
+    if (!q)
+        return std::nullopt;
+    std::string unit;
+    for (char c : q->unit)
+        unit += lower(c);
+    if (!unit.empty() && unit != "b") {
+        if (unit.size() > 1 && unit.back() == 'b')
+            unit.pop_back();
+        if (unit.size() > 1 && unit.back() == 'i')
+            unit.pop_back();
+    }
+    std::uint64_t factor = 0;
+    if (unit.empty() || unit == "b")
+        factor = 1;
+    else if (unit == "k")
+        factor = KiB;
+    else if (unit == "m")
+        factor = KiB * KiB;
+    else if (unit == "g")
+        factor = KiB * KiB * KiB;
+    else if (unit == "t")
+        factor = KiB * KiB * KiB * KiB;
+    else {
+        why = "unknown unit \"" + std::string(q->unit) + "\" (units: B, KiB, MiB, GiB, TiB)";
+        return std::nullopt;
+    }
+    if (q->number > std::numeric_limits<std::uint64_t>::max() / factor) {
+        why = "too large";
+        return std::nullopt;
+    }
+    return q->number * factor;
+}
+
+// Quotes a value from the file for a message, cut short and with control characters escaped.
+std::string quote(std::string_view text) {
+    constexpr std::size_t max_shown = 60;
+    std::string out = "\"";
+    for (std::size_t i = 0; i < text.size() && i < max_shown; ++i) {
+        const char c = text[i];
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+            constexpr char hex[] = "0123456789abcdef";
+            out += "\\x";
+            out += hex[(c >> 4) & 0xf];
+            out += hex[c & 0xf];
+        } else {
+            out += c;
+        }
+    }
+    if (text.size() > max_shown)
+        out += "...";
+    return out + "\"";
+}
+
+std::string join(const std::vector<std::string_view>& items, std::string_view separator) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i)
+            out += separator;
+        out += items[i];
+    }
+    return out;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j)
+        row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diagonal = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t above = row[j];
+            const std::size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + cost});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
+// The candidate closest to `word`, if it is close enough to be a likely typo.
+std::optional<std::string_view> closest(std::string_view word,
+                                        const std::vector<std::string_view>& candidates) {
+    std::optional<std::string_view> best;
+    std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
+    for (std::string_view c : candidates) {
+        const std::size_t d = edit_distance(word, c);
+        if (d < best_distance) {
+            best = c;
+            best_distance = d;
+        }
+    }
+    return best;
+}
+
+// ---- the parser -------------------------------------------------------------------------
+
+std::string describe(const YAML::Node& node) {
+    switch (node.Type()) {
+    case YAML::NodeType::Null:
+        return "nothing";
+    case YAML::NodeType::Sequence:
+        return "a list";
+    case YAML::NodeType::Map:
+        return "a mapping";
+    case YAML::NodeType::Scalar:
+        return quote(node.Scalar());
+    case YAML::NodeType::Undefined:
+        break;
+    }
+    return "nothing";
+}
+
+constexpr std::string_view duration_expected = "expected a duration such as 500ms, 10s, 5m";
+constexpr std::string_view size_expected = "expected a size such as 100MiB, 1GiB or 0";
+
+std::string with_reason(std::string message, const std::string& why) {
+    return why.empty() ? message : message + " (" + why + ")";
+}
+
+class Parser {
+public:
+    explicit Parser(std::string file) : file_(std::move(file)) {}
+
+    void problem(const YAML::Mark& mark, const std::string& key, std::string message) {
+        ConfigProblem p;
+        p.file = file_;
+        if (!mark.is_null()) {
+            p.line = mark.line + 1;
+            p.column = mark.column + 1;
+        }
+        p.key = key;
+        p.message = std::move(message);
+        problems_.push_back(std::move(p));
+        if (!key.empty())
+            bad_.insert(key);
+    }
+
+    // A problem with a key whose value is in the config (validation): located where the file
+    // sets it, or unlocated when it holds the default.
+    void problem(const std::string& key, std::string message) {
+        auto it = where_.find(key);
+        problem(it == where_.end() ? YAML::Mark::null_mark() : it->second, key, std::move(message));
+    }
+
+    // Where a value is reported: at the value, or at its key when there is none (yaml-cpp
+    // places an empty value at the start of the next token).
+    void located(const std::string& key, const YAML::Node& key_node, const YAML::Node& value) {
+        where_[key] = value.IsNull() ? key_node.Mark() : value.Mark();
+    }
+
+    bool bad(const std::string& key) const { return bad_.count(key) != 0; }
+    bool set_in_file(const std::string& key) const { return where_.count(key) != 0; }
+    std::vector<ConfigProblem> take_problems() { return std::move(problems_); }
+
+    void read(const YAML::Node& node, const std::string& key, Duration& out) {
+        const YAML::Mark mark = where_.at(key);
+        if (!node.IsScalar()) {
+            problem(mark, key, std::string(duration_expected) + "; got " + describe(node));
+            return;
+        }
+        std::string why;
+        auto d = try_parse_duration(node.Scalar(), why);
+        if (!d) {
+            problem(mark, key,
+                    with_reason(std::string(duration_expected) + "; got " + quote(node.Scalar()), why));
+            return;
+        }
+        if (*d > max_duration) {
+            problem(mark, key, "must be at most " + format_duration(max_duration) + "; got " +
+                                   quote(node.Scalar()));
+            return;
+        }
+        out = *d;
+    }
+
+    void read(const YAML::Node& node, const std::string& key, std::uint64_t& out) {
+        const YAML::Mark mark = where_.at(key);
+        if (!node.IsScalar()) {
+            problem(mark, key, std::string(size_expected) + "; got " + describe(node));
+            return;
+        }
+        std::string why;
+        auto bytes = try_parse_size(node.Scalar(), why);
+        if (!bytes) {
+            problem(mark, key,
+                    with_reason(std::string(size_expected) + "; got " + quote(node.Scalar()), why));
+            return;
+        }
+        out = *bytes;
+    }
+
+    void read(const YAML::Node& node, const std::string& key, unsigned& out) {
+        const YAML::Mark mark = where_.at(key);
+        const std::string expected = "expected a whole number such as 4; got ";
+        if (!node.IsScalar()) {
+            problem(mark, key, expected + describe(node));
+            return;
+        }
+        const std::string& text = node.Scalar();
+        unsigned value = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (text.empty() || !is_digit(text.front()) || end != text.data() + text.size()) {
+            problem(mark, key, expected + quote(text));
+            return;
+        }
+        if (ec == std::errc::result_out_of_range) {
+            problem(mark, key, expected + quote(text) + " (too large)");
+            return;
+        }
+        out = value;
+    }
+
+    void read(const YAML::Node& node, const std::string& key, bool& out) {
+        const YAML::Mark mark = where_.at(key);
+        if (node.IsScalar()) {
+            const std::string& text = node.Scalar();
+            if (text == "true" || text == "True" || text == "TRUE") {
+                out = true;
+                return;
+            }
+            if (text == "false" || text == "False" || text == "FALSE") {
+                out = false;
+                return;
+            }
+        }
+        problem(mark, key, "expected true or false; got " + describe(node));
+    }
+
+    // A string key; an empty value reads as "" (the keys whose "" means "off" say so, and
+    // validation rejects it where a value is required).
+    void read(const YAML::Node& node, const std::string& key, std::string& out) {
+        if (node.IsNull()) {
+            out.clear();
+            return;
+        }
+        if (!node.IsScalar()) {
+            problem(where_.at(key), key, "expected a string; got " + describe(node));
+            return;
+        }
+        out = node.Scalar();
+    }
+
+    void read(const YAML::Node& node, const std::string& key, std::vector<std::string>& out) {
+        if (!node.IsSequence()) {
+            problem(where_.at(key), key,
+                    "expected a list of label keys such as [reaperd.session]; got " + describe(node));
+            return;
+        }
+        std::vector<std::string> items;
+        bool ok = true;
+        for (std::size_t i = 0; i < node.size(); ++i) {
+            const YAML::Node item = node[i];
+            const std::string item_key = key + "[" + std::to_string(i) + "]";
+            where_[item_key] = item.Mark();
+            if (!item.IsScalar()) {
+                problem(item.Mark(), item_key, "expected a label key; got " + describe(item));
+                ok = false;
+                continue;
+            }
+            items.push_back(item.Scalar());
+        }
+        if (ok)
+            out = std::move(items);
+        else
+            bad_.insert(key);
+    }
+
+    template <typename Enum, std::size_t N>
+    void read_enum(const YAML::Node& node, const std::string& key, Enum& out,
+                   const std::array<Enum, N>& values) {
+        std::vector<std::string_view> names;
+        for (Enum v : values)
+            names.push_back(to_string(v));
+        std::string message = "expected one of " + join(names, ", ") + "; got " + describe(node);
+        if (node.IsScalar()) {
+            for (Enum v : values) {
+                if (node.Scalar() == to_string(v)) {
+                    out = v;
+                    return;
+                }
+            }
+            if (auto near = closest(node.Scalar(), names))
+                message += " (did you mean " + std::string(*near) + "?)";
+        }
+        problem(where_.at(key), key, std::move(message));
+    }
+
+    void read(const YAML::Node& node, const std::string& key, LogAction& out) {
+        read_enum(node, key, out,
+                  std::array{LogAction::truncate, LogAction::stop, LogAction::kill, LogAction::remove});
+    }
+    void read(const YAML::Node& node, const std::string& key, LogScope& out) {
+        read_enum(node, key, out, std::array{LogScope::sessions, LogScope::all});
+    }
+
+private:
+    std::string file_;
+    std::vector<ConfigProblem> problems_;
+    std::map<std::string, YAML::Mark> where_;  // key -> where the file sets its value
+    std::set<std::string> bad_;                // keys that already have a problem
+};
+
+// ---- the key table ----------------------------------------------------------------------
+
+void emit(YAML::Emitter& out, Duration d) { out << format_duration(d); }
+void emit(YAML::Emitter& out, std::uint64_t bytes) { out << format_size(bytes); }
+void emit(YAML::Emitter& out, unsigned n) { out << n; }
+void emit(YAML::Emitter& out, bool b) { out << b; }
+void emit(YAML::Emitter& out, const std::string& s) { out << YAML::DoubleQuoted << s; }
+void emit(YAML::Emitter& out, const std::vector<std::string>& v) { out << YAML::Flow << v; }
+void emit(YAML::Emitter& out, LogAction a) { out << std::string(to_string(a)); }
+void emit(YAML::Emitter& out, LogScope s) { out << std::string(to_string(s)); }
+
+struct Field {
+    std::string_view name;
+    void (*read)(Parser&, const YAML::Node&, const std::string& key, Config&);
+    void (*emit)(YAML::Emitter&, const Config&);
+};
+
+template <auto section, auto member>
+Field field(std::string_view name) {
+    return {name,
+            [](Parser& parser, const YAML::Node& node, const std::string& key, Config& config) {
+                parser.read(node, key, (config.*section).*member);
+            },
+            [](YAML::Emitter& out, const Config& config) { emit(out, (config.*section).*member); }};
+}
+
+struct Section {
+    std::string_view name;
+    std::vector<Field> fields;
+
+    std::vector<std::string_view> field_names() const {
+        std::vector<std::string_view> names;
+        for (const Field& f : fields)
+            names.push_back(f.name);
+        return names;
+    }
+};
+
+const std::vector<Section>& sections() {
+    using C = Config;
+    static const std::vector<Section> table{
+        {"engine",
+         {field<&C::engine, &EngineConfig::host>("host"),
+          field<&C::engine, &EngineConfig::request_timeout>("request_timeout")}},
+        {"control",
+         {field<&C::control, &ControlConfig::socket>("socket"),
+          field<&C::control, &ControlConfig::group>("group")}},
+        {"state", {field<&C::state, &StateConfig::dir>("dir")}},
+        {"sessions",
+         {field<&C::sessions, &SessionsConfig::labels>("labels"),
+          field<&C::sessions, &SessionsConfig::lease_grace>("lease_grace"),
+          field<&C::sessions, &SessionsConfig::max_age>("max_age"),
+          field<&C::sessions, &SessionsConfig::unclaimed_grace>("unclaimed_grace"),
+          field<&C::sessions, &SessionsConfig::tombstone_ttl>("tombstone_ttl")}},
+        {"reaper",
+         {field<&C::reaper, &ReaperConfig::dry_run>("dry_run"),
+          field<&C::reaper, &ReaperConfig::resync_interval>("resync_interval"),
+          field<&C::reaper, &ReaperConfig::retry_initial>("retry_initial"),
+          field<&C::reaper, &ReaperConfig::retry_max>("retry_max"),
+          field<&C::reaper, &ReaperConfig::concurrency>("concurrency"),
+          field<&C::reaper, &ReaperConfig::error_after_attempts>("error_after_attempts")}},
+        {"logs",
+         {field<&C::logs, &LogsConfig::max_size_bytes>("max_size"),
+          field<&C::logs, &LogsConfig::action>("action"),
+          field<&C::logs, &LogsConfig::scope>("scope"),
+          field<&C::logs, &LogsConfig::total_max_size_bytes>("total_max_size"),
+          field<&C::logs, &LogsConfig::check_interval>("check_interval")}},
+        {"metrics", {field<&C::metrics, &MetricsConfig::listen>("listen")}},
+    };
+    return table;
+}
+
+std::vector<std::string_view> section_names() {
+    std::vector<std::string_view> names;
+    for (const Section& s : sections())
+        names.push_back(s.name);
+    return names;
+}
+
+// The message for a key that is not in `known`: a likely typo, a key of another section,
+// or the list of what this level holds.
+std::string unknown_key_message(std::string_view key, const std::vector<std::string_view>& known,
+                                std::string_view here) {
+    if (auto near = closest(key, known))
+        return "unknown key; did you mean " + std::string(*near) + "?";
+    for (const Section& s : sections()) {
+        if (s.name == here)
+            continue;
+        for (const Field& f : s.fields)
+            if (f.name == key)
+                return "unknown key; " + std::string(key) + " belongs under " + std::string(s.name) + ":";
+    }
+    return "unknown key; expected one of " + join(known, ", ");
+}
+
+// Scalar keys of a mapping, each once: reports non-scalar and repeated keys.
+template <typename Visit>
+void for_each_key(Parser& parser, const YAML::Node& map, const std::string& prefix, Visit visit) {
+    std::map<std::string, int> first_line;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+        const YAML::Node& key_node = it->first;
+        if (!key_node.IsScalar()) {
+            parser.problem(key_node.Mark(), prefix, "expected a key name; got " + describe(key_node));
+            continue;
+        }
+        const std::string& name = key_node.Scalar();
+        const std::string dotted = prefix.empty() ? name : prefix + "." + name;
+        auto [seen, inserted] = first_line.emplace(name, key_node.Mark().line + 1);
+        if (!inserted) {
+            parser.problem(key_node.Mark(), dotted,
+                           "duplicate key; first given at line " + std::to_string(seen->second));
+            continue;
+        }
+        visit(name, dotted, key_node, it->second);
+    }
+}
+
+void read_section(Parser& parser, const Section& section, const YAML::Node& node, Config& config) {
+    const std::string prefix(section.name);
+    if (node.IsNull())
+        return;  // every key of the section commented out: all defaults
+    if (!node.IsMap()) {
+        parser.problem(node.Mark(), prefix,
+                       "expected a mapping of keys (" + join(section.field_names(), ", ") +
+                           "); got " + describe(node));
+        return;
+    }
+    for_each_key(parser, node, prefix,
+                 [&](const std::string& name, const std::string& key, const YAML::Node& key_node,
+                     const YAML::Node& value) {
+                     for (const Field& f : section.fields) {
+                         if (f.name == name) {
+                             parser.located(key, key_node, value);
+                             f.read(parser, value, key, config);
+                             return;
+                         }
+                     }
+                     parser.problem(key_node.Mark(), key,
+                                    unknown_key_message(name, section.field_names(), section.name));
+                 });
+}
+
+// ---- validation -------------------------------------------------------------------------
+
+bool absolute_path(const std::string& path) {
+    return !path.empty() && path.front() == '/' && path.find('\0') == std::string::npos;
+}
+
+// "host:port" with a port from 1 to 65535; the host a name, an IPv4 address or [IPv6].
+// Sets `why` to what is wrong.
+bool host_port_valid(std::string_view text, std::string& why) {
+    const std::size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) {
+        why = "no port";
+        return false;
+    }
+    std::string_view host = text.substr(0, colon);
+    const std::string_view port = text.substr(colon + 1);
+    unsigned port_number = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), port_number);
+    if (port.empty() || ec != std::errc{} || end != port.data() + port.size() || port_number == 0 ||
+        port_number > 65535) {
+        why = "the port must be a number from 1 to 65535";
+        return false;
+    }
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+        const bool ipv6_chars = !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+            return is_digit(c) || (lower(c) >= 'a' && lower(c) <= 'f') || c == ':' || c == '.';
+        });
+        if (!ipv6_chars)
+            why = "not an IPv6 address between the brackets";
+        return ipv6_chars;
+    }
+    const bool host_chars = !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+        return is_alnum(c) || c == '.' || c == '-';
+    });
+    if (!host_chars)
+        why = host.empty() ? "no host" : "the host must be a name or an address (IPv6 in brackets)";
+    return host_chars;
+}
+
+// The forms reaper::EngineAddress::parse accepts: unix:///abs/path, tcp://host:port, /abs/path.
+bool engine_address_valid(const std::string& text, std::string& why) {
+    constexpr std::string_view unix_scheme = "unix://";
+    constexpr std::string_view tcp_scheme = "tcp://";
+    if (text.rfind(unix_scheme, 0) == 0) {
+        if (!absolute_path(text.substr(unix_scheme.size()))) {
+            why = "the socket path must be absolute, as in unix:///var/run/docker.sock";
+            return false;
+        }
+        return true;
+    }
+    if (text.rfind(tcp_scheme, 0) == 0)
+        return host_port_valid(std::string_view(text).substr(tcp_scheme.size()), why);
+    if (absolute_path(text))
+        return true;
+    why = text.find("://") != std::string::npos ? "only unix:// and tcp:// are supported" : "";
+    return false;
+}
+
+bool group_valid(const std::string& group) {
+    if (group.empty() || group.size() > 32)
+        return false;
+    if (std::all_of(group.begin(), group.end(), is_digit))
+        return true;
+    return (is_alnum(group.front()) || group.front() == '_') &&
+           std::all_of(group.begin(), group.end(),
+                       [](char c) { return is_alnum(c) || c == '_' || c == '-' || c == '.'; });
+}
+
+constexpr std::size_t max_unix_socket_path = 107;  // sun_path holds 108 bytes with the NUL
+constexpr unsigned max_concurrency = 256;
+constexpr std::uint64_t min_log_cap = 4 * KiB;
+constexpr std::array<std::string_view, 2> per_container_labels{"reaperd.max-age",
+                                                                "reaperd.log-max-size"};
+
+void validate(Parser& p, const Config& c) {
+    // Each check only when its keys parsed, so one typo gives one problem.
+    auto check = [&](std::initializer_list<std::string_view> keys, bool ok, std::string_view report_at,
+                     const std::string& message) {
+        for (std::string_view k : keys)
+            if (p.bad(std::string(k)))
+                return;
+        if (!ok)
+            p.problem(std::string(report_at), message);
+    };
+    auto at_least = [&](std::string_view key, Duration value, Duration min, std::string_view why) {
+        check({key}, value >= min, key,
+              "must be at least " + format_duration(min) + "; got " + format_duration(value) +
+                  (why.empty() ? "" : " (" + std::string(why) + ")"));
+    };
+
+    if (!c.engine.host.empty()) {
+        std::string why;
+        check({"engine.host"}, engine_address_valid(c.engine.host, why), "engine.host",
+              with_reason("expected unix:///path, tcp://host:port or an absolute socket path; got " +
+                              quote(c.engine.host),
+                          why));
+    }
+    at_least("engine.request_timeout", c.engine.request_timeout, 100ms, "");
+
+    check({"control.socket"}, absolute_path(c.control.socket) && c.control.socket.back() != '/',
+          "control.socket",
+          "expected an absolute path such as /run/reaperd/control.sock; got " + quote(c.control.socket));
+    check({"control.socket"}, c.control.socket.size() <= max_unix_socket_path, "control.socket",
+          "must be at most " + std::to_string(max_unix_socket_path) +
+              " bytes long (the unix socket path limit); got " + std::to_string(c.control.socket.size()));
+    if (!c.control.group.empty())
+        check({"control.group"}, group_valid(c.control.group), "control.group",
+              "expected a group name or a numeric group id; got " + quote(c.control.group));
+
+    check({"state.dir"}, absolute_path(c.state.dir), "state.dir",
+          "expected an absolute path such as /var/lib/reaperd; got " + quote(c.state.dir));
+
+    check({"sessions.labels"}, !c.sessions.labels.empty(), "sessions.labels",
+          "must name at least one label key, such as [reaperd.session]");
+    if (!p.bad("sessions.labels")) {
+        std::set<std::string> seen;
+        for (std::size_t i = 0; i < c.sessions.labels.size(); ++i) {
+            const std::string& label = c.sessions.labels[i];
+            const std::string key = "sessions.labels[" + std::to_string(i) + "]";
+            const std::string at = p.set_in_file(key) ? key : "sessions.labels";
+            if (!label_key_valid(label))
+                p.problem(at, "expected a label key of letters, digits, '.', '-', '_' and '/', "
+                              "starting and ending with a letter or digit; got " + quote(label));
+            else if (std::find(per_container_labels.begin(), per_container_labels.end(), label) !=
+                     per_container_labels.end())
+                p.problem(at, label + " is a per-container setting of reaperd, not a session label");
+            else if (!seen.insert(label).second)
+                p.problem(at, "duplicate label key " + quote(label));
+        }
+    }
+    at_least("sessions.tombstone_ttl", c.sessions.tombstone_ttl, 1s,
+             "ended sessions must be remembered to reap their late containers");
+
+    at_least("reaper.resync_interval", c.reaper.resync_interval, 1s, "");
+    at_least("reaper.retry_initial", c.reaper.retry_initial, 10ms, "");
+    check({"reaper.retry_initial", "reaper.retry_max"}, c.reaper.retry_initial <= c.reaper.retry_max,
+          p.set_in_file("reaper.retry_max") ? "reaper.retry_max" : "reaper.retry_initial",
+          "reaper.retry_initial (" + format_duration(c.reaper.retry_initial) +
+              ") must not exceed reaper.retry_max (" + format_duration(c.reaper.retry_max) + ")");
+    check({"reaper.concurrency"}, c.reaper.concurrency >= 1 && c.reaper.concurrency <= max_concurrency,
+          "reaper.concurrency",
+          "must be from 1 to " + std::to_string(max_concurrency) + "; got " +
+              std::to_string(c.reaper.concurrency));
+    check({"reaper.error_after_attempts"}, c.reaper.error_after_attempts >= 1,
+          "reaper.error_after_attempts", "must be at least 1; got 0");
+
+    check({"logs.max_size"}, c.logs.max_size_bytes == 0 || c.logs.max_size_bytes >= min_log_cap,
+          "logs.max_size",
+          "must be 0 (caps off) or at least " + format_size(min_log_cap) + "; got " +
+              format_size(c.logs.max_size_bytes));
+    check({"logs.max_size", "logs.total_max_size"},
+          c.logs.total_max_size_bytes == 0 || c.logs.max_size_bytes == 0 ||
+              c.logs.total_max_size_bytes >= c.logs.max_size_bytes,
+          p.set_in_file("logs.total_max_size") ? "logs.total_max_size" : "logs.max_size",
+          "logs.total_max_size (" + format_size(c.logs.total_max_size_bytes) +
+              ") must be 0 (no budget) or at least logs.max_size (" +
+              format_size(c.logs.max_size_bytes) + ")");
+    at_least("logs.check_interval", c.logs.check_interval, 10ms, "");
+
+    if (!c.metrics.listen.empty()) {
+        std::string why;
+        check({"metrics.listen"}, host_port_valid(c.metrics.listen, why), "metrics.listen",
+              with_reason("expected host:port such as 127.0.0.1:9324 or \"\" for no listener; got " +
+                              quote(c.metrics.listen),
+                          why));
+    }
+}
+
+ConfigProblem file_problem(const std::string& file, std::string message) {
+    ConfigProblem p;
+    p.file = file;
+    p.message = std::move(message);
+    return p;
+}
+
+}  // namespace
+
+std::string_view to_string(LogAction action) noexcept {
+    switch (action) {
+    case LogAction::truncate:
+        return "truncate";
+    case LogAction::stop:
+        return "stop";
+    case LogAction::kill:
+        return "kill";
+    case LogAction::remove:
+        return "remove";
+    }
+    return "truncate";
+}
+
+std::string_view to_string(LogScope scope) noexcept {
+    return scope == LogScope::all ? "all" : "sessions";
+}
+
+std::string ConfigProblem::to_string() const {
+    std::string out = file;
+    if (line > 0)
+        out += ":" + std::to_string(line) + ":" + std::to_string(column);
+    out += ": ";
+    if (!key.empty())
+        out += key + ": ";
+    return out + message;
+}
+
+namespace {
+std::string describe_all(const std::vector<ConfigProblem>& problems) {
+    std::string out;
+    for (const ConfigProblem& p : problems) {
+        if (!out.empty())
+            out += '\n';
+        out += p.to_string();
+    }
+    return out;
+}
+}  // namespace
+
+ConfigError::ConfigError(std::vector<ConfigProblem> problems)
+    : std::runtime_error(describe_all(problems)), problems_(std::move(problems)) {}
+
+Config parse_config(std::string_view yaml_text, const std::string& file) {
+    std::vector<YAML::Node> documents;
+    try {
+        documents = YAML::LoadAll(std::string(yaml_text));
+    } catch (const YAML::Exception& e) {
+        ConfigProblem p = file_problem(file, "invalid YAML: " + e.msg);
+        if (!e.mark.is_null()) {
+            p.line = e.mark.line + 1;
+            p.column = e.mark.column + 1;
+        }
+        throw ConfigError({std::move(p)});
+    }
+
+    Parser parser(file);
+    Config config;
+    for (std::size_t i = 1; i < documents.size(); ++i) {
+        if (!documents[i].IsNull()) {
+            parser.problem(documents[i].Mark(), "",
+                           "a config file holds one YAML document; a second one starts here");
+            break;
+        }
+    }
+    const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
+    if (root.IsMap()) {
+        for_each_key(parser, root, "",
+                     [&](const std::string& name, const std::string& key, const YAML::Node& key_node,
+                         const YAML::Node& value) {
+                         for (const Section& s : sections()) {
+                             if (s.name == name) {
+                                 read_section(parser, s, value, config);
+                                 return;
+                             }
+                         }
+                         parser.problem(key_node.Mark(), key,
+                                        unknown_key_message(name, section_names(), ""));
+                     });
+    } else if (!root.IsNull()) {
+        parser.problem(root.Mark(), "",
+                       "expected a mapping of sections (" + join(section_names(), ", ") + "); got " +
+                           describe(root));
+    }
+    validate(parser, config);
+
+    std::vector<ConfigProblem> problems = parser.take_problems();
+    if (!problems.empty()) {
+        // File order; problems about defaults (no location) last.
+        std::stable_sort(problems.begin(), problems.end(), [](const ConfigProblem& a, const ConfigProblem& b) {
+            auto order = [](const ConfigProblem& p) {
+                return std::pair{p.line == 0 ? std::numeric_limits<int>::max() : p.line, p.column};
+            };
+            return order(a) < order(b);
+        });
+        throw ConfigError(std::move(problems));
+    }
+    return config;
+}
+
+Config load_config(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        throw ConfigError({file_problem(path, std::string("cannot open: ") + std::strerror(errno))});
+    std::string text;
+    struct stat st {};
+    int error = 0;
+    if (::fstat(fd, &st) != 0) {
+        error = errno;
+    } else if (S_ISDIR(st.st_mode)) {
+        error = EISDIR;
+    } else {
+        char buffer[8192];
+        for (;;) {
+            const ssize_t n = ::read(fd, buffer, sizeof buffer);
+            if (n > 0) {
+                text.append(buffer, static_cast<std::size_t>(n));
+            } else if (n == 0) {
+                break;
+            } else if (errno != EINTR) {
+                error = errno;
+                break;
+            }
+        }
+    }
+    ::close(fd);
+    if (error != 0)
+        throw ConfigError({file_problem(path, std::string("cannot read: ") + std::strerror(error))});
+    return parse_config(text, path);
+}
+
+std::string format_config(const Config& config) {
+    YAML::Emitter out;
+    out << YAML::BeginMap;
+    for (const Section& s : sections()) {
+        out << YAML::Key << std::string(s.name) << YAML::Value << YAML::BeginMap;
+        for (const Field& f : s.fields) {
+            out << YAML::Key << std::string(f.name) << YAML::Value;
+            f.emit(out, config);
+        }
+        out << YAML::EndMap;
+    }
+    out << YAML::EndMap;
+    return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::string> config_keys() {
+    std::vector<std::string> keys;
+    for (const Section& s : sections())
+        for (const Field& f : s.fields)
+            keys.push_back(std::string(s.name) + "." + std::string(f.name));
+    return keys;
+}
+
+Duration parse_duration(std::string_view text) {
+    std::string why;
+    auto d = try_parse_duration(text, why);
+    if (!d)
+        throw std::invalid_argument(
+            with_reason("invalid duration " + quote(text) + "; expected e.g. 500ms, 10s, 5m", why));
+    return *d;
+}
+
+std::uint64_t parse_size(std::string_view text) {
+    std::string why;
+    auto bytes = try_parse_size(text, why);
+    if (!bytes)
+        throw std::invalid_argument(
+            with_reason("invalid size " + quote(text) + "; expected e.g. 100MiB, 1GiB, 0", why));
+    return *bytes;
+}
+
+std::string format_duration(Duration d) {
+    if (d.count() == 0)
+        return "0";
+    const bool negative = d.count() < 0;
+    // Negative values never come from parse_duration; shown for diagnostics only.
+    const std::uint64_t ms = negative ? 0 - static_cast<std::uint64_t>(d.count())
+                                      : static_cast<std::uint64_t>(d.count());
+    const Unit* unit = &duration_units.back();
+    for (const Unit& u : duration_units) {
+        if (ms % u.factor == 0) {
+            unit = &u;
+            break;
+        }
+    }
+    return (negative ? "-" : "") + std::to_string(ms / unit->factor) + std::string(unit->name);
+}
+
+std::string format_size(std::uint64_t bytes) {
+    if (bytes == 0)
+        return "0";
+    for (const Unit& u : size_format_units)
+        if (bytes % u.factor == 0)
+            return std::to_string(bytes / u.factor) + std::string(u.name);
+    return std::to_string(bytes);
+}
+
+bool label_key_valid(std::string_view key) noexcept {
+    if (key.empty() || key.size() > 255 || !is_alnum(key.front()) || !is_alnum(key.back()))
+        return false;
+    return std::all_of(key.begin(), key.end(),
+                       [](char c) { return is_alnum(c) || c == '.' || c == '-' || c == '_' || c == '/'; });
+}
+
+}  // namespace reaperd
