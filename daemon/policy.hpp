@@ -1,0 +1,43 @@
+// The daemon's decisions, as a pure function of what it knows, its config and the time:
+// which sessions end now, which containers to reap, which tombstones to forget, which
+// pending reaps to attempt, and when to look again. No I/O, no clock.
+#pragma once
+
+#include "config.hpp"
+#include "registry.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace reaperd {
+
+struct EndSession {
+    std::string session;
+    std::string reason;  // "lease_expired", "unclaimed"
+};
+
+struct ReapContainer {  // queue a reap (or, in a dry run, log that it would)
+    std::string container;
+    std::string name;
+    std::string session;
+    std::string reason;  // "session_ended", "max_age"
+};
+
+struct Decision {
+    std::vector<EndSession> end;
+    std::vector<ReapContainer> reap;
+    std::vector<std::string> forget;   // sessions to drop: expired tombstones, idle records
+    std::vector<std::string> attempt;  // pending reaps due now (never in a dry run)
+    std::optional<TimePoint> next_wake;  // the earliest future deadline, if any
+};
+
+// Only session-owned containers ever appear in `reap` or `attempt`: containers without a
+// session (under config.sessions.labels) are never considered.
+Decision decide(const Registry& registry, const Config& config, TimePoint now);
+
+// The delay before retry number `failures` (1 = after the first failure): doubling from
+// `initial`, capped at `max`, then scaled into [50%, 100%] by `jitter` in [0, 1].
+Duration retry_delay(unsigned failures, Duration initial, Duration max, double jitter);
+
+}  // namespace reaperd

@@ -1,0 +1,147 @@
+#include "watcher.hpp"
+
+#include "policy.hpp"
+
+#include <random>
+
+namespace reaperd {
+
+Watcher::Watcher(reaper::Engine& engine, WatcherOptions options, Sink sink)
+    : engine_(engine), sink_(std::move(sink)), options_(options) {}
+
+Watcher::~Watcher() { stop(); }
+
+void Watcher::start() { thread_ = std::thread([this] { run(); }); }
+
+void Watcher::resync() {
+    std::lock_guard lock(mutex_);
+    resync_requested_ = true;
+    if (stream_) stream_->cancel();
+}
+
+void Watcher::set_options(WatcherOptions options) {
+    std::lock_guard lock(mutex_);
+    options_ = options;
+}
+
+void Watcher::stop() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+        if (stream_) stream_->cancel();
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+bool Watcher::sleep_for(std::chrono::milliseconds delay) {
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, delay, [this] { return stopping_; });
+    return !stopping_;
+}
+
+void Watcher::run() {
+    std::minstd_rand random{std::random_device{}()};
+    std::uniform_real_distribution<double> jitter(0.0, 1.0);
+    enum class Engine { unknown, up, down } engine_state = Engine::unknown;
+    unsigned failures = 0;
+    for (;;) {
+        WatcherOptions options;
+        {
+            std::lock_guard lock(mutex_);
+            if (stopping_) return;
+            options = options_;
+        }
+        try {
+            // Subscribe before listing, so nothing that happens during the list is missed;
+            // events about containers the list already had are harmless repeats.
+            reaper::EventsOptions events_options;
+            events_options.filters = {{"type", {"container"}}, {"event", {"create", "destroy"}}};
+            std::unique_ptr<reaper::EventStream> stream = engine_.events(events_options);
+            {
+                std::lock_guard lock(mutex_);
+                if (stopping_) return;
+                stream_ = stream.get();
+                resync_requested_ = false;
+            }
+            struct Unregister {
+                Watcher* w;
+                ~Unregister() {
+                    std::lock_guard lock(w->mutex_);
+                    w->stream_ = nullptr;
+                }
+            } unregister{this};
+            list_and_reconcile();
+            if (engine_state != Engine::up) {
+                engine_state = Engine::up;
+                sink_(watch::EngineUp{});
+            }
+            failures = 0;
+            while (auto event = stream->next()) {
+                if (event->type != "container") continue;
+                if (event->action == "create") {
+                    if (known_.count(event->id)) continue;
+                    try {
+                        auto info = engine_.inspect(event->id);
+                        known_.insert(info.id);
+                        sink_(watch::Appeared{std::move(info)});
+                    } catch (const reaper::NotFound&) {
+                        // Created and destroyed before we looked: nothing to track.
+                    }
+                } else if (event->action == "destroy") {
+                    if (known_.erase(event->id)) sink_(watch::Gone{event->id});
+                }
+            }
+            bool asked;
+            {
+                std::lock_guard lock(mutex_);
+                asked = resync_requested_ || stopping_;
+            }
+            // The engine ended the stream on its own (shutting down, say): pause briefly
+            // rather than spin against it.
+            if (!asked && !sleep_for(options.retry_initial)) return;
+        } catch (const std::exception& e) {
+            {
+                std::lock_guard lock(mutex_);
+                if (stopping_) return;
+            }
+            if (engine_state != Engine::down) {
+                engine_state = Engine::down;
+                sink_(watch::EngineDown{e.what()});
+            }
+            ++failures;
+            if (!sleep_for(retry_delay(failures, options.retry_initial, options.retry_max,
+                                       jitter(random))))
+                return;
+        }
+    }
+}
+
+void Watcher::list_and_reconcile() {
+    reaper::ListOptions options;
+    options.all = true;
+    auto summaries = engine_.list_containers(options);
+    std::set<std::string> ids;
+    for (const auto& summary : summaries) {
+        ids.insert(summary.id);
+        if (known_.count(summary.id)) continue;
+        try {
+            auto info = engine_.inspect(summary.id);
+            known_.insert(info.id);
+            sink_(watch::Appeared{std::move(info)});
+        } catch (const reaper::NotFound&) {
+            ids.erase(summary.id);
+        }
+    }
+    for (auto it = known_.begin(); it != known_.end();) {
+        if (!ids.count(*it)) {
+            sink_(watch::Gone{*it});
+            it = known_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    sink_(watch::Listed{std::move(ids)});
+}
+
+}  // namespace reaperd

@@ -1,0 +1,79 @@
+// The engine watcher: one thread that lists every container, then follows the engine's
+// container events, and starts over (re-list, reconcile) after any stream drop, engine
+// restart, or when asked to resync. Events alone are never trusted for completeness: the
+// engine replays only its last 256. It never gives up while the engine is down; it reports
+// what it sees to a sink (the main loop's queue) and decides nothing.
+#pragma once
+
+#include <reaper/engine.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+namespace reaperd {
+
+namespace watch {
+struct EngineUp {};                 // a list succeeded after start-up or a loss
+struct EngineDown {                 // the engine stopped answering or the stream broke
+    std::string error;
+};
+struct Appeared {                   // a container not seen before (inspect info)
+    reaper::ContainerInfo info;
+};
+struct Gone {                       // a container the engine no longer has
+    std::string id;
+};
+struct Listed {                     // a full list finished: exactly these ids exist now
+    std::set<std::string> ids;
+};
+}  // namespace watch
+using WatchEvent =
+    std::variant<watch::EngineUp, watch::EngineDown, watch::Appeared, watch::Gone, watch::Listed>;
+
+struct WatcherOptions {
+    std::chrono::milliseconds retry_initial{1000};
+    std::chrono::milliseconds retry_max{60000};
+};
+
+class Watcher {
+public:
+    using Sink = std::function<void(WatchEvent)>;
+
+    Watcher(reaper::Engine& engine, WatcherOptions options, Sink sink);
+    ~Watcher();  // stop()
+    Watcher(const Watcher&) = delete;
+    Watcher& operator=(const Watcher&) = delete;
+
+    void start();
+    // Ends the current events stream so the watcher re-lists and reconciles now.
+    void resync();
+    void set_options(WatcherOptions options);
+    // Cancels the stream and joins the thread. Idempotent. A list or inspect in flight
+    // finishes first (close the engine to cut it short).
+    void stop();
+
+private:
+    void run();
+    void list_and_reconcile();
+    bool sleep_for(std::chrono::milliseconds delay);  // false when stopping
+
+    reaper::Engine& engine_;
+    Sink sink_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    WatcherOptions options_;
+    bool stopping_ = false;
+    bool resync_requested_ = false;
+    reaper::EventStream* stream_ = nullptr;  // guarded by mutex_, for cancel()
+    std::set<std::string> known_;            // ids reported as Appeared and not Gone
+    std::thread thread_;
+};
+
+}  // namespace reaperd
