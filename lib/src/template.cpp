@@ -80,7 +80,7 @@ public:
         }
     }
 
-    SessionTemplate parse_template(const std::string& name, const YAML::Node& node) const {
+    SessionTemplate parse_template(const std::string& name, const YAML::Node& key, const YAML::Node& node) const {
         const std::string what = "template '" + name + "'";
         expect_map(node, what);
         check_keys(node, what,
@@ -89,7 +89,7 @@ public:
         SessionTemplate tmpl;
         tmpl.name = name;
         auto& spec = tmpl.spec;
-        if (!node["image"]) fail(node, what + " has no image");
+        if (!node["image"]) fail(key, what + " has no image");
         spec.image = scalar(node["image"], what + ".image");
         if (spec.image.empty()) fail(node["image"], what + ".image is empty");
         if (auto n = node["command"]) spec.cmd = string_list(n, what + ".command");
@@ -163,7 +163,7 @@ public:
         for (const auto& entry : templates) {
             auto name = scalar(entry.first, "a template name");
             if (name.empty()) fail(entry.first, "a template name is empty");
-            library.add(parse_template(name, entry.second));
+            library.add(parse_template(name, entry.first, entry.second));
         }
         return library;
     }

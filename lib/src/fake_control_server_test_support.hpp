@@ -1,0 +1,132 @@
+// A stand-in for reaperd's control socket in unit tests: it accepts connections on a unix
+// socket in a temp dir, answers every valid request {"ok":true} (parsed with the real
+// protocol code), records the requests, and knows which leases are held (a lease lasts while
+// its connection is open).
+#pragma once
+
+#include <reaper/control.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace reaper::test {
+
+class FakeControlServer {
+public:
+    FakeControlServer() {
+        char dir_template[] = "/tmp/fake-reaperd.XXXXXX";
+        if (!::mkdtemp(dir_template)) throw std::runtime_error("mkdtemp failed");
+        dir_ = dir_template;
+        path_ = dir_ + "/control.sock";
+        listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        path_.copy(address.sun_path, sizeof address.sun_path - 1);
+        if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(listener_, 16) != 0)
+            throw std::runtime_error("fake control server: cannot listen on " + path_);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+    ~FakeControlServer() {
+        stopping_ = true;
+        acceptor_.join();
+        for (auto& t : connections_) t.join();
+        ::close(listener_);
+        std::filesystem::remove_all(dir_);
+    }
+
+    const std::string& socket_path() const { return path_; }
+
+    std::vector<control::Request> requests() {
+        std::lock_guard lock(mutex_);
+        return requests_;
+    }
+    // Leases whose connection is still open, by session.
+    int leases_held(const std::string& session) {
+        std::lock_guard lock(mutex_);
+        auto it = live_leases_.find(session);
+        return it == live_leases_.end() ? 0 : it->second;
+    }
+    // Polls until pred() holds or `timeout` passes; returns pred().
+    template <class Pred>
+    static bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
+        auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (!pred()) {
+            if (std::chrono::steady_clock::now() >= deadline) return false;
+            std::this_thread::sleep_for(std::chrono::milliseconds{5});
+        }
+        return true;
+    }
+
+private:
+    void accept_loop() {
+        while (!stopping_) {
+            pollfd p{listener_, POLLIN, 0};
+            if (::poll(&p, 1, 20) <= 0) continue;
+            int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0) continue;
+            connections_.emplace_back([this, fd] { serve(fd); });
+        }
+    }
+
+    void serve(int fd) {
+        std::string buffer;
+        std::vector<std::string> leases;
+        char chunk[4096];
+        while (!stopping_) {
+            pollfd p{fd, POLLIN, 0};
+            if (::poll(&p, 1, 20) <= 0) continue;
+            auto n = ::read(fd, chunk, sizeof chunk);
+            if (n <= 0) break;
+            buffer.append(chunk, static_cast<std::size_t>(n));
+            std::size_t newline;
+            while ((newline = buffer.find('\n')) != std::string::npos) {
+                auto line = buffer.substr(0, newline);
+                buffer.erase(0, newline + 1);
+                std::string reply;
+                try {
+                    auto request = control::parse_request(line);
+                    std::lock_guard lock(mutex_);
+                    requests_.push_back(request);
+                    if (request.op == control::Op::Lease) {
+                        ++live_leases_[request.session];
+                        leases.push_back(request.session);
+                    }
+                    reply = control::encode_ok();
+                } catch (const std::exception& e) {
+                    reply = control::encode_error(e.what());
+                }
+                [[maybe_unused]] auto written = ::write(fd, reply.data(), reply.size());
+            }
+        }
+        {
+            std::lock_guard lock(mutex_);
+            for (const auto& session : leases) --live_leases_[session];
+        }
+        ::close(fd);
+    }
+
+    std::string dir_;
+    std::string path_;
+    int listener_ = -1;
+    std::atomic<bool> stopping_{false};
+    std::thread acceptor_;
+    std::vector<std::thread> connections_;  // only touched by the acceptor and the destructor
+    std::mutex mutex_;
+    std::vector<control::Request> requests_;
+    std::map<std::string, int> live_leases_;
+};
+
+}  // namespace reaper::test
