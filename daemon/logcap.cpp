@@ -1,0 +1,652 @@
+#include "logcap.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <system_error>
+#include <vector>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace reaperd {
+
+using Clock = std::chrono::steady_clock;
+using logcap::CapReason;
+
+namespace {
+
+std::string short_id(const std::string& id) { return id.substr(0, 12); }
+
+std::string errno_text(int error) { return std::system_category().message(error); }
+
+// Events on the log's directory that matter: writes to the live file (and the gzip of a
+// rotation), and the live file being replaced, renamed or deleted by a rotation.
+constexpr std::uint32_t watch_mask = IN_MODIFY | IN_CREATE | IN_MOVED_FROM | IN_MOVED_TO |
+                                     IN_DELETE | IN_DELETE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK;
+
+struct RotatedScan {
+    std::uint64_t bytes = 0;
+    std::vector<std::string> names;
+};
+
+RotatedScan scan_rotations(const logcap::LogFiles& files) {
+    RotatedScan scan;
+    DIR* dir = ::opendir(files.dir.c_str());
+    if (!dir) return scan;
+    while (auto* entry = ::readdir(dir)) {
+        if (!logcap::is_rotation(entry->d_name, files.live_name)) continue;
+        struct stat st {};
+        if (::fstatat(::dirfd(dir), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        scan.bytes += static_cast<std::uint64_t>(st.st_size);
+        scan.names.emplace_back(entry->d_name);
+    }
+    ::closedir(dir);
+    return scan;
+}
+
+}  // namespace
+
+// What the watcher knows of one container fed by the daemon.
+struct Watched {
+    ContainerLog info;
+    logcap::CapSetting cap;
+    std::optional<logcap::LogFiles> files;
+    bool active = false;  // in scope, not exempt, some cap applies, and its files are known
+
+    int wd = -1;       // inotify watch on files->dir
+    int live_fd = -1;  // the live file, O_WRONLY for ftruncate
+    std::uint64_t live_bytes = 0;
+    std::uint64_t rotated_bytes = 0;
+    bool rotated_dirty = true;
+    bool dirty = true;
+    logcap::GrowthEstimator growth;
+
+    bool halted = false;
+    std::uint64_t halted_bytes = 0;
+    bool busy = false;            // a job is with the worker
+    Clock::time_point retry_at{};  // after a failed job
+    bool would_logged = false;    // dry run: its would-be action was logged
+
+    bool reported_bad_label = false;
+    bool reported_not_capped = false;
+
+    // Truncations not yet logged (see Options::log_coalesce).
+    unsigned pending_cuts = 0;
+    std::uint64_t pending_dropped = 0;
+    std::uint64_t pending_before = 0;
+    std::uint64_t pending_after = 0;
+    CapReason pending_reason = CapReason::own_cap;
+    std::optional<Clock::time_point> last_record;
+
+    std::uint64_t log_bytes() const { return live_bytes + rotated_bytes; }
+};
+
+struct LogCapper::Loop {
+    LogCapper& owner;
+    LogsConfig logs;
+    int inotify_fd = -1;
+    std::map<std::string, Watched> containers;
+    std::map<int, std::vector<std::string>> by_wd;
+    bool stopping = false;
+
+    Loop(LogCapper& owner, LogsConfig logs) : owner(owner), logs(logs) {
+        inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (inotify_fd < 0) throw std::system_error(errno, std::system_category(), "inotify_init1");
+    }
+    ~Loop() {
+        for (auto& [id, w] : containers) close_live(w);
+        ::close(inotify_fd);
+    }
+
+    const Options& options() const { return owner.options_; }
+    void record(Priority p, std::string_view message_id, const std::string& message,
+                std::vector<LogField> fields) {
+        owner.options_.sink(p, message_id, message, std::move(fields));
+    }
+    std::vector<LogField> container_fields(const Watched& w, const std::string& action) {
+        return {{"CONTAINER_ID", w.info.id},
+                {"CONTAINER_NAME", w.info.name},
+                {"SESSION_ID", w.info.session},
+                {"ACTION", action}};
+    }
+
+    // ---- watching ------------------------------------------------------------------------
+    void close_live(Watched& w) {
+        if (w.live_fd >= 0) ::close(w.live_fd);
+        w.live_fd = -1;
+    }
+
+    void unwatch(Watched& w) {
+        close_live(w);
+        if (w.wd < 0) return;
+        auto it = by_wd.find(w.wd);
+        if (it != by_wd.end()) {
+            std::erase(it->second, w.info.id);
+            if (it->second.empty()) {
+                ::inotify_rm_watch(inotify_fd, w.wd);
+                by_wd.erase(it);
+            }
+        }
+        w.wd = -1;
+    }
+
+    // Sets up the watch and opens the live file if they are missing; both may not exist
+    // yet (a created container gets its log at start), so this is retried on each backstop.
+    void ensure_watch(Watched& w) {
+        if (!w.active) return;
+        if (w.wd < 0) {
+            int wd = ::inotify_add_watch(inotify_fd, w.files->dir.c_str(), watch_mask);
+            if (wd >= 0) {
+                w.wd = wd;
+                by_wd[wd].push_back(w.info.id);
+                w.rotated_dirty = true;
+            }
+        }
+        if (w.live_fd < 0) {
+            std::string path = w.files->dir + "/" + w.files->live_name;
+            int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+            struct stat st {};
+            if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+                ::close(fd);
+                fd = -1;
+            }
+            w.live_fd = fd;
+        }
+    }
+
+    // Re-reads the sizes. `full` also checks that the open file is still the one at the
+    // path and rescans the rotations (the backstop: inotify may have dropped events).
+    void measure(Watched& w, Clock::time_point now, bool full) {
+        if (!w.active) return;
+        if (full && w.live_fd >= 0) {
+            struct stat open_st {}, path_st {};
+            std::string path = w.files->dir + "/" + w.files->live_name;
+            if (::fstat(w.live_fd, &open_st) != 0 || ::stat(path.c_str(), &path_st) != 0 ||
+                open_st.st_ino != path_st.st_ino || open_st.st_dev != path_st.st_dev)
+                close_live(w);
+        }
+        ensure_watch(w);
+        w.live_bytes = 0;
+        if (w.live_fd >= 0) {
+            struct stat st {};
+            if (::fstat(w.live_fd, &st) == 0 && st.st_nlink > 0) {
+                w.live_bytes = static_cast<std::uint64_t>(st.st_size);
+            } else {
+                close_live(w);
+                w.rotated_dirty = true;
+            }
+        }
+        if (full || w.rotated_dirty) {
+            w.rotated_bytes = scan_rotations(*w.files).bytes;
+            w.rotated_dirty = false;
+        }
+        w.dirty = false;
+        w.growth.observe(w.log_bytes(), now);
+        if (w.halted && w.log_bytes() > w.halted_bytes) w.halted = false;  // written again
+    }
+
+    void on_inotify(bool& any) {
+        alignas(struct inotify_event) char buffer[16 * 1024];
+        while (true) {
+            ssize_t n = ::read(inotify_fd, buffer, sizeof buffer);
+            if (n <= 0) break;
+            any = true;
+            for (char* p = buffer; p < buffer + n;) {
+                auto* event = reinterpret_cast<struct inotify_event*>(p);
+                p += sizeof(struct inotify_event) + event->len;
+                if (event->mask & IN_Q_OVERFLOW) {
+                    for (auto& [id, w] : containers) w.dirty = w.rotated_dirty = true;
+                    continue;
+                }
+                auto it = by_wd.find(event->wd);
+                if (it == by_wd.end()) continue;
+                if (event->mask & IN_IGNORED) {  // the directory is gone (container removed)
+                    for (const auto& id : it->second) {
+                        auto c = containers.find(id);
+                        if (c == containers.end()) continue;
+                        close_live(c->second);
+                        c->second.wd = -1;
+                        c->second.dirty = true;
+                    }
+                    by_wd.erase(it);
+                    continue;
+                }
+                std::string_view name = event->len ? std::string_view(event->name) : std::string_view();
+                for (const auto& id : it->second) {
+                    auto c = containers.find(id);
+                    if (c == containers.end()) continue;
+                    Watched& w = c->second;
+                    if (name == w.files->live_name) {
+                        if (event->mask & (IN_CREATE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE)) {
+                            close_live(w);  // rotated away or replaced: reopen by name
+                            w.rotated_dirty = true;
+                        }
+                        w.dirty = true;
+                    } else if (logcap::is_rotation(name, w.files->live_name)) {
+                        w.rotated_dirty = true;
+                        w.dirty = true;
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- containers in and out ----------------------------------------------------------
+    void refresh(Watched& w) {
+        bool owned = !w.info.session.empty();
+        auto old_files = w.files;
+        w.cap = logcap::resolve_cap(w.info.labels, logs.max_size_bytes);
+        w.files = logcap::locate_log(w.info.id, w.info.log_driver, w.info.log_path,
+                                     w.info.docker_root_dir);
+        bool in_scope = owned || logs.scope == LogScope::all;
+        bool wants_cap = in_scope && !w.cap.exempt &&
+                         (w.cap.cap_bytes > 0 || logs.total_max_size_bytes > 0);
+        if (wants_cap && w.cap.bad_label && !w.reported_bad_label) {
+            w.reported_bad_label = true;
+            auto fields = container_fields(w, "default");
+            fields.push_back({"LABEL_VALUE", *w.cap.bad_label});
+            record(Priority::warning, {},
+                   "container " + w.info.name + " (" + short_id(w.info.id) + "): label " +
+                       logcap::max_size_label + "=\"" + *w.cap.bad_label +
+                       "\" is not a size (e.g. 100MiB); its log is capped at the default " +
+                       format_size(logs.max_size_bytes),
+                   std::move(fields));
+        }
+        if (wants_cap && !w.files && !w.reported_not_capped) {
+            w.reported_not_capped = true;
+            auto fields = container_fields(w, "none");
+            fields.push_back({"LOG_DRIVER", w.info.log_driver});
+            record(Priority::warning, {},
+                   "container " + w.info.name + " (" + short_id(w.info.id) + "): its log driver \"" +
+                       w.info.log_driver + "\" writes no file reaperd can cut; its log is not capped",
+                   std::move(fields));
+        }
+        w.active = wants_cap && w.files.has_value();
+        // The files may have moved (the engine sets LogPath at the first start).
+        if (!w.active || !old_files || !w.files || old_files->dir != w.files->dir ||
+            old_files->live_name != w.files->live_name)
+            unwatch(w);
+        w.dirty = w.rotated_dirty = true;
+        ensure_watch(w);
+    }
+
+    void add(ContainerLog info) {
+        auto& w = containers[info.id];
+        w.info = std::move(info);
+        refresh(w);
+    }
+
+    void remove(const std::string& id) {
+        auto it = containers.find(id);
+        if (it == containers.end()) return;
+        flush_record(it->second);
+        unwatch(it->second);
+        containers.erase(it);
+    }
+
+    void reconfigure(const LogsConfig& config) {
+        logs = config;
+        for (auto& [id, w] : containers) refresh(w);
+    }
+
+    // ---- acting --------------------------------------------------------------------------
+    void truncate(Watched& w, CapReason reason, Clock::time_point now) {
+        std::string path = w.files->dir + "/" + w.files->live_name;
+        // A rotation may have happened since the last event was read: cut the file that is
+        // at the path now, never a renamed rotation through a stale fd.
+        struct stat open_st {}, path_st {};
+        if (w.live_fd >= 0 && (::fstat(w.live_fd, &open_st) != 0 || ::stat(path.c_str(), &path_st) != 0 ||
+                               open_st.st_ino != path_st.st_ino))
+            close_live(w);
+        ensure_watch(w);
+        std::uint64_t before = 0;
+        std::uint64_t dropped = 0;
+        int error = 0;
+        if (w.live_fd >= 0) {
+            struct stat st {};
+            if (::fstat(w.live_fd, &st) == 0) before = static_cast<std::uint64_t>(st.st_size);
+            if (::ftruncate(w.live_fd, 0) == 0)
+                dropped += before;
+            else
+                error = errno;
+        }
+        auto rotations = scan_rotations(*w.files);
+        before += rotations.bytes;
+        for (const auto& name : rotations.names) {
+            std::string rotated = w.files->dir + "/" + name;
+            struct stat st {};
+            if (::stat(rotated.c_str(), &st) != 0) continue;
+            if (::unlink(rotated.c_str()) == 0)
+                dropped += static_cast<std::uint64_t>(st.st_size);
+            else if (errno != ENOENT)
+                error = errno;
+        }
+        w.rotated_dirty = true;
+        measure(w, now, false);
+        if (error != 0) {
+            owner.counters_.action_failures++;
+            auto fields = container_fields(w, "truncate");
+            fields.push_back({"ERRNO", std::to_string(error)});
+            record(Priority::warning, {},
+                   "could not cut the log of container " + w.info.name + " (" + short_id(w.info.id) +
+                       ") at " + path + ": " + errno_text(error) + "; will retry",
+                   std::move(fields));
+        }
+        if (dropped == 0) return;
+        owner.counters_.truncations++;
+        owner.counters_.log_bytes_dropped += dropped;
+        w.pending_cuts++;
+        w.pending_dropped += dropped;
+        w.pending_before = before;
+        w.pending_after = w.log_bytes();
+        w.pending_reason = reason;
+        if (!w.last_record || now - *w.last_record >= options().log_coalesce) flush_record(w, now);
+    }
+
+    void flush_record(Watched& w, Clock::time_point now = Clock::now()) {
+        if (w.pending_cuts == 0) return;
+        auto fields = container_fields(w, "truncate");
+        fields.push_back({"LOG_BYTES_BEFORE", std::to_string(w.pending_before)});
+        fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.pending_after)});
+        fields.push_back({"LOG_BYTES_DROPPED", std::to_string(w.pending_dropped)});
+        fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
+        fields.push_back({"REASON", logcap::to_string(w.pending_reason)});
+        fields.push_back({"ACTION_COUNT", std::to_string(w.pending_cuts)});
+        std::string what = w.pending_cuts == 1
+                               ? "from " + format_size(w.pending_before) + " to " + format_size(w.pending_after)
+                               : std::to_string(w.pending_cuts) + " times, dropping " +
+                                     format_size(w.pending_dropped) + " (last from " +
+                                     format_size(w.pending_before) + " to " + format_size(w.pending_after) + ")";
+        record(Priority::notice, message_id::log_capped,
+               "cut the log of container " + w.info.name + " (" + short_id(w.info.id) + ") " + what +
+                   (w.pending_reason == CapReason::own_cap
+                        ? ", cap " + format_size(w.cap.cap_bytes)
+                        : ", over the total budget " + format_size(logs.total_max_size_bytes)),
+               std::move(fields));
+        w.pending_cuts = 0;
+        w.pending_dropped = 0;
+        w.last_record = now;
+    }
+
+    void flush_due(Clock::time_point now) {
+        for (auto& [id, w] : containers)
+            if (w.pending_cuts > 0 && now - *w.last_record >= options().log_coalesce) flush_record(w, now);
+    }
+
+    std::optional<Clock::time_point> next_flush() const {
+        std::optional<Clock::time_point> next;
+        for (const auto& [id, w] : containers)
+            if (w.pending_cuts > 0) {
+                auto due = *w.last_record + options().log_coalesce;
+                if (!next || due < *next) next = due;
+            }
+        return next;
+    }
+
+    void would(Watched& w, LogAction action, CapReason reason) {
+        if (w.would_logged) return;
+        w.would_logged = true;
+        auto fields = container_fields(w, std::string("would-") + logcap::to_string(action));
+        fields.push_back({"LOG_BYTES_BEFORE", std::to_string(w.log_bytes())});
+        fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
+        fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
+        fields.push_back({"REASON", logcap::to_string(reason)});
+        record(Priority::notice, message_id::log_capped,
+               std::string("dry run: would ") + logcap::to_string(action) + " container " + w.info.name +
+                   " (" + short_id(w.info.id) + "), its log is " + format_size(w.log_bytes()),
+               std::move(fields));
+    }
+
+    void decide_and_act(Clock::time_point now) {
+        std::vector<Watched*> order;
+        std::vector<logcap::CapTarget> targets;
+        for (auto& [id, w] : containers) {
+            if (!w.active) continue;
+            logcap::CapTarget t;
+            t.id = id;
+            t.owned = !w.info.session.empty();
+            t.cap = w.cap;
+            t.log_bytes = w.log_bytes();
+            t.headroom_bytes = logcap::headroom_for(w.growth.bytes_per_second());
+            t.halted = w.halted;
+            t.busy = w.busy || now < w.retry_at || (options().dry_run && w.would_logged);
+            targets.push_back(std::move(t));
+            order.push_back(&w);
+        }
+        for (const auto& d : logcap::decide(targets, logs)) {
+            Watched& w = *order[d.target];
+            if (options().dry_run) {
+                would(w, d.action, d.reason);
+            } else if (d.action == LogAction::truncate) {
+                truncate(w, d.reason, now);
+            } else if (!w.info.session.empty()) {  // the policy's rule, held once more here
+                w.busy = true;
+                w.halted_bytes = w.log_bytes();
+                owner.submit(Job{w.info.id, w.info.session, d.action, d.reason, w.log_bytes()});
+            }
+        }
+    }
+
+    // The worker's answer to a job.
+    void job_done(const Job& job, bool done, bool halted, const std::string& error) {
+        auto it = containers.find(job.id);
+        if (it == containers.end()) return;
+        Watched& w = it->second;
+        w.busy = false;
+        measure(w, Clock::now(), false);
+        if (halted) {
+            w.halted = true;
+            w.halted_bytes = w.log_bytes();
+        }
+        auto fields = container_fields(w, logcap::to_string(job.action));
+        fields.push_back({"LOG_BYTES_BEFORE", std::to_string(job.log_bytes_before)});
+        fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
+        fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
+        fields.push_back({"REASON", logcap::to_string(job.reason)});
+        std::string subject = "container " + w.info.name + " (" + short_id(w.info.id) + ")";
+        if (done) {
+            record(Priority::notice, message_id::log_capped,
+                   std::string(job.action == LogAction::stop   ? "stopped "
+                               : job.action == LogAction::kill ? "killed "
+                                                               : "removed ") +
+                       subject + " of session " + w.info.session + ": its log reached " +
+                       format_size(job.log_bytes_before) +
+                       (job.reason == CapReason::own_cap
+                            ? ", cap " + format_size(w.cap.cap_bytes)
+                            : ", over the total budget " + format_size(logs.total_max_size_bytes)),
+                   std::move(fields));
+        } else if (!error.empty()) {
+            w.retry_at = Clock::now() + options().retry_interval;
+            fields.push_back({"ERROR", error});
+            record(Priority::warning, {},
+                   std::string("could not ") + logcap::to_string(job.action) + " " + subject +
+                       " over its log cap: " + error + "; will retry",
+                   std::move(fields));
+        }
+    }
+};
+
+LogCapper::LogCapper(reaper::Engine& engine, Options options)
+    : engine_(engine), options_(std::move(options)) {
+    loop_ = std::make_unique<Loop>(*this, options_.logs);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) throw std::system_error(errno, std::system_category(), "eventfd");
+}
+
+LogCapper::~LogCapper() {
+    stop();
+    loop_.reset();
+    ::close(wake_fd_);
+}
+
+void LogCapper::start() {
+    if (watcher_.joinable() || stopping_) return;
+    watcher_ = std::thread([this] { run_watcher(); });
+    worker_ = std::thread([this] { run_worker(); });
+}
+
+void LogCapper::stop() {
+    {
+        std::lock_guard lock(jobs_mutex_);
+        if (stopping_) return;
+        stopping_ = true;
+    }
+    jobs_cv_.notify_all();
+    post([](Loop& loop) { loop.stopping = true; });
+    if (watcher_.joinable()) watcher_.join();
+    if (worker_.joinable()) worker_.join();
+}
+
+void LogCapper::post(std::function<void(Loop&)> message) {
+    {
+        std::lock_guard lock(inbox_mutex_);
+        inbox_.push_back(std::move(message));
+    }
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void LogCapper::submit(Job job) {
+    {
+        std::lock_guard lock(jobs_mutex_);
+        jobs_.push_back(std::move(job));
+    }
+    jobs_cv_.notify_one();
+}
+
+void LogCapper::add(ContainerLog container) {
+    post([c = std::move(container)](Loop& loop) mutable { loop.add(std::move(c)); });
+}
+
+void LogCapper::remove(const std::string& id) {
+    post([id](Loop& loop) { loop.remove(id); });
+}
+
+void LogCapper::reconfigure(const LogsConfig& logs) {
+    post([logs](Loop& loop) { loop.reconfigure(logs); });
+}
+
+LogCapCounters LogCapper::counters() const {
+    LogCapCounters c;
+    c.log_bytes_dropped = counters_.log_bytes_dropped;
+    c.truncations = counters_.truncations;
+    c.stops = counters_.stops;
+    c.kills = counters_.kills;
+    c.removals = counters_.removals;
+    c.action_failures = counters_.action_failures;
+    return c;
+}
+
+void LogCapper::run_watcher() {
+    ::pthread_setname_np(::pthread_self(), "reaperd-logcap");
+    Loop& loop = *loop_;
+    auto next_backstop = Clock::now();
+    auto last_round = Clock::time_point{};
+    while (!loop.stopping) {
+        auto now = Clock::now();
+        bool events_allowed = now >= last_round + options_.min_check_interval;
+        auto deadline = next_backstop;
+        if (!events_allowed) deadline = std::min(deadline, last_round + options_.min_check_interval);
+        if (auto flush = loop.next_flush()) deadline = std::min(deadline, *flush);
+        auto wait = std::max(Clock::duration::zero(), deadline - now);
+        struct timespec timeout {};
+        timeout.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(wait).count();
+        timeout.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              wait - std::chrono::seconds(timeout.tv_sec)).count();
+        struct pollfd fds[2] = {{wake_fd_, POLLIN, 0},
+                                {loop.inotify_fd, static_cast<short>(events_allowed ? POLLIN : 0), 0}};
+        ::ppoll(fds, 2, &timeout, nullptr);
+
+        bool changed = false;
+        if (fds[0].revents & POLLIN) {
+            std::uint64_t count = 0;
+            [[maybe_unused]] auto n = ::read(wake_fd_, &count, sizeof count);
+            std::deque<std::function<void(Loop&)>> messages;
+            {
+                std::lock_guard lock(inbox_mutex_);
+                messages.swap(inbox_);
+            }
+            for (auto& message : messages) message(loop);
+            changed = !messages.empty();
+            watched_ = static_cast<std::size_t>(std::count_if(
+                loop.containers.begin(), loop.containers.end(), [](const auto& c) { return c.second.active; }));
+        }
+        if (loop.stopping) break;
+        now = Clock::now();
+        if (events_allowed && (fds[1].revents & POLLIN)) {
+            bool any = false;
+            loop.on_inotify(any);
+            if (any) {
+                last_round = now;
+                changed = true;
+            }
+        }
+        bool full = now >= next_backstop;
+        if (full) {
+            next_backstop = now + options_.logs.check_interval;
+            changed = true;
+        }
+        if (changed) {
+            for (auto& [id, w] : loop.containers)
+                if (w.active && (full || w.dirty)) loop.measure(w, now, full);
+            loop.decide_and_act(now);
+        }
+        loop.flush_due(now);
+    }
+    for (auto& [id, w] : loop.containers) loop.flush_record(w);
+}
+
+void LogCapper::run_worker() {
+    while (true) {
+        Job job;
+        {
+            std::unique_lock lock(jobs_mutex_);
+            jobs_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+            if (stopping_) return;
+            job = std::move(jobs_.front());
+            jobs_.pop_front();
+        }
+        bool done = false;
+        bool halted = false;
+        std::string error;
+        try {
+            if (job.action == LogAction::remove) {
+                engine_.remove(job.id, reaper::RemoveOptions{true, true});
+                done = halted = true;
+            } else if (!engine_.inspect(job.id).state.running) {
+                halted = true;  // stopped already (by us, or it exited): nothing to do
+            } else {
+                if (job.action == LogAction::stop)
+                    engine_.stop(job.id, options_.stop_grace);
+                else
+                    engine_.kill(job.id, "SIGKILL");
+                done = halted = true;
+            }
+        } catch (const reaper::NotFound&) {
+            halted = true;  // gone already
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        if (done) {
+            auto& counter = job.action == LogAction::stop   ? counters_.stops
+                            : job.action == LogAction::kill ? counters_.kills
+                                                            : counters_.removals;
+            counter++;
+        } else if (!error.empty()) {
+            counters_.action_failures++;
+        }
+        post([job, done, halted, error](Loop& loop) { loop.job_done(job, done, halted, error); });
+    }
+}
+
+}  // namespace reaperd

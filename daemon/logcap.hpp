@@ -1,0 +1,142 @@
+// Log-size caps that hold against a runaway writer: LogCapper watches the log files of the
+// containers the daemon feeds it and cuts them back (or stops, kills or removes a
+// session-owned container) when a log reaches its cap or the logs pass their total budget.
+//
+// Detection: inotify on each log's directory (a rotation replaces the live file, so the
+// file itself cannot be watched), an fstat of the live file on each event, rate-limited to
+// one round of checks per min_check_interval; and every logs.check_interval a full
+// re-measure of every log, as a backstop for anything inotify missed. Deciding is pure
+// (logcap_policy.hpp). Truncation happens on the watcher thread itself, so a cut comes
+// within microseconds of the check; stop, kill and remove go through the Engine on a
+// worker thread, so a slow engine never delays another container's cut.
+#pragma once
+
+#include "config.hpp"
+#include "log.hpp"
+#include "logcap_policy.hpp"
+
+#include <reaper/engine.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace reaperd {
+
+// One container as the daemon knows it from its inspect info.
+struct ContainerLog {
+    std::string id;
+    std::string name;
+    std::string session;  // "" = not session-owned
+    std::string log_path;    // inspect's LogPath ("" before the first start, or no file)
+    std::string log_driver;  // HostConfig.LogConfig.Type
+    reaper::Labels labels;
+    std::string docker_root_dir;  // GET /info DockerRootDir: locates the local driver's files
+};
+
+// Monotonic counters since the capper was made, for metrics.
+struct LogCapCounters {
+    std::uint64_t log_bytes_dropped = 0;
+    std::uint64_t truncations = 0;
+    std::uint64_t stops = 0;
+    std::uint64_t kills = 0;
+    std::uint64_t removals = 0;
+    std::uint64_t action_failures = 0;  // engine calls that failed (retried later)
+};
+
+using LogSink = std::function<void(Priority, std::string_view message_id, std::string_view message,
+                                   std::vector<LogField> fields)>;
+
+class LogCapper {
+public:
+    struct Options {
+        LogsConfig logs;
+        bool dry_run = false;  // log what would be done; cut, stop, kill and remove nothing
+        // At most one round of inotify-driven checks per this interval. At ~70 MB/s a log
+        // grows ~140 KB in 2 ms, far inside the headroom the mark keeps (logcap_policy.hpp),
+        // while the capper wakes at most 500 times a second (measured by bench/logcap_bench).
+        std::chrono::milliseconds min_check_interval{2};
+        // How long a stopped container gets to exit before the engine kills it.
+        std::chrono::seconds stop_grace{5};
+        // After a failed stop/kill/remove, wait this long before trying again.
+        std::chrono::milliseconds retry_interval{std::chrono::seconds{5}};
+        // Truncations of one container closer together than this are logged as one record
+        // (ACTION_COUNT, summed LOG_BYTES_DROPPED): a runaway cut ten times a second would
+        // otherwise flood the journal. The first cut is always logged at once.
+        std::chrono::milliseconds log_coalesce{std::chrono::seconds{1}};
+        LogSink sink = [](Priority p, std::string_view id, std::string_view message,
+                          std::vector<LogField> fields) { log(p, id, message, std::move(fields)); };
+    };
+
+    // Does not start the thread. Throws std::system_error if inotify is unavailable.
+    LogCapper(reaper::Engine& engine, Options options);
+    ~LogCapper();  // stop()
+    LogCapper(const LogCapper&) = delete;
+    LogCapper& operator=(const LogCapper&) = delete;
+
+    void start();
+    // Stops the threads; an engine call in flight is waited for. Pending coalesced records
+    // are written. Idempotent.
+    void stop();
+
+    // Thread-safe; take effect on the capper's thread within milliseconds.
+    // add() starts watching a container, or refreshes what is known of it (call it again
+    // when a container starts: the engine sets LogPath then). A container not in scope
+    // (unowned with scope `sessions`) is ignored; one whose driver writes no file the capper
+    // can cut is reported once (warning) and not capped; a cap label that does not parse
+    // is reported once (warning) and the default applies.
+    void add(ContainerLog container);
+    void remove(const std::string& id);
+    void reconfigure(const LogsConfig& logs);
+
+    LogCapCounters counters() const;
+    // Containers whose logs are being watched right now.
+    std::size_t watched() const { return watched_.load(); }
+
+private:
+    struct Loop;
+    // A stop, kill or remove for the worker thread.
+    struct Job {
+        std::string id;
+        std::string session;  // never empty: only session-owned containers get jobs
+        LogAction action = LogAction::stop;
+        logcap::CapReason reason = logcap::CapReason::own_cap;
+        std::uint64_t log_bytes_before = 0;
+    };
+
+    void run_watcher();
+    void run_worker();
+    void post(std::function<void(Loop&)> message);
+    void submit(Job job);
+
+    reaper::Engine& engine_;
+    Options options_;
+    std::unique_ptr<Loop> loop_;  // the watcher's state; touched only on its thread
+
+    std::mutex inbox_mutex_;
+    std::deque<std::function<void(Loop&)>> inbox_;
+    int wake_fd_ = -1;  // eventfd: the inbox has messages, or stop was asked
+
+    std::mutex jobs_mutex_;
+    std::condition_variable jobs_cv_;
+    std::deque<Job> jobs_;
+    bool stopping_ = false;
+
+    std::thread watcher_;
+    std::thread worker_;
+    std::atomic<std::size_t> watched_{0};
+
+    struct AtomicCounters {
+        std::atomic<std::uint64_t> log_bytes_dropped{0}, truncations{0}, stops{0}, kills{0},
+            removals{0}, action_failures{0};
+    } counters_;
+};
+
+}  // namespace reaperd

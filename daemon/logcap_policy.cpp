@@ -1,0 +1,148 @@
+#include "logcap_policy.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace reaperd::logcap {
+
+const char* to_string(LogAction action) {
+    switch (action) {
+        case LogAction::truncate: return "truncate";
+        case LogAction::stop: return "stop";
+        case LogAction::kill: return "kill";
+        case LogAction::remove: return "remove";
+    }
+    return "truncate";
+}
+
+const char* to_string(CapReason reason) {
+    return reason == CapReason::own_cap ? "max_size" : "total_max_size";
+}
+
+CapSetting resolve_cap(const reaper::Labels& labels, std::uint64_t default_cap_bytes) {
+    CapSetting setting;
+    setting.cap_bytes = default_cap_bytes;
+    auto label = labels.find(max_size_label);
+    if (label == labels.end()) return setting;
+    try {
+        setting.cap_bytes = parse_size(label->second);
+        setting.exempt = setting.cap_bytes == 0;
+    } catch (const std::exception&) {
+        setting.bad_label = label->second;
+    }
+    return setting;
+}
+
+namespace {
+bool is_hex_id(const std::string& id) {
+    return !id.empty() && id.size() <= 128 &&
+           std::all_of(id.begin(), id.end(), [](char c) {
+               return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+}
+}  // namespace
+
+std::optional<LogFiles> locate_log(const std::string& id, const std::string& log_driver,
+                                   const std::string& log_path, const std::string& docker_root_dir) {
+    if (log_driver == "json-file" || (log_driver.empty() && !log_path.empty())) {
+        if (!log_path.empty()) {
+            auto slash = log_path.rfind('/');
+            if (log_path[0] != '/' || slash == std::string::npos || slash + 1 == log_path.size())
+                return std::nullopt;
+            return LogFiles{slash == 0 ? "/" : log_path.substr(0, slash), log_path.substr(slash + 1)};
+        }
+        if (docker_root_dir.empty() || !is_hex_id(id)) return std::nullopt;
+        return LogFiles{docker_root_dir + "/containers/" + id, id + "-json.log"};
+    }
+    if (log_driver == "local") {
+        if (docker_root_dir.empty() || !is_hex_id(id)) return std::nullopt;
+        return LogFiles{docker_root_dir + "/containers/" + id + "/local-logs", "container.log"};
+    }
+    return std::nullopt;
+}
+
+bool is_rotation(std::string_view name, std::string_view live_name) {
+    if (name.size() <= live_name.size() + 1 || name.substr(0, live_name.size()) != live_name ||
+        name[live_name.size()] != '.')
+        return false;
+    auto rest = name.substr(live_name.size() + 1);
+    if (rest.size() > 3 && rest.substr(rest.size() - 3) == ".gz") rest.remove_suffix(3);
+    return !rest.empty() && rest[0] != '0' &&
+           std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+void GrowthEstimator::observe(std::uint64_t bytes, Clock::time_point now) {
+    if (!started_ || bytes < window_bytes_) {
+        started_ = true;
+        window_bytes_ = bytes;
+        window_start_ = now;
+        return;
+    }
+    auto elapsed = now - window_start_;
+    if (elapsed < min_window) return;
+    double seconds = std::chrono::duration<double>(elapsed).count();
+    double measured = static_cast<double>(bytes - window_bytes_) / seconds;
+    // Up at once; down by 30% of the gap per window (about 100 ms to halve at 20 ms windows).
+    rate_ = measured >= rate_ ? measured : rate_ + 0.3 * (measured - rate_);
+    window_bytes_ = bytes;
+    window_start_ = now;
+}
+
+std::uint64_t headroom_for(double bytes_per_second) {
+    return static_cast<std::uint64_t>(bytes_per_second *
+                                      std::chrono::duration<double>(reaction_budget).count());
+}
+
+std::uint64_t mark_for(std::uint64_t cap_bytes, std::uint64_t headroom_bytes) {
+    return cap_bytes - std::min(cap_bytes / 2, headroom_bytes);
+}
+
+std::vector<CapDecision> decide(const std::vector<CapTarget>& targets, const LogsConfig& config) {
+    std::vector<CapDecision> decisions;
+    std::vector<bool> acted(targets.size(), false);
+    auto in_scope = [&](const CapTarget& t) {
+        return (t.owned || config.scope == LogScope::all) && !t.cap.exempt;
+    };
+    // The one place the action is chosen: unowned containers are only ever truncated.
+    auto action_for = [&](const CapTarget& t) {
+        return t.owned ? config.action : LogAction::truncate;
+    };
+
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+        const auto& t = targets[i];
+        if (!in_scope(t) || t.halted || t.busy || t.cap.cap_bytes == 0) continue;
+        if (t.log_bytes >= mark_for(t.cap.cap_bytes, t.headroom_bytes)) {
+            decisions.push_back({i, action_for(t), CapReason::own_cap});
+            acted[i] = true;
+        }
+    }
+
+    if (config.total_max_size_bytes == 0) return decisions;
+    // What the logs will hold within the reaction budget: every growing log (acted-on ones
+    // start again from nothing), plus their headroom, which like a single cap's is at most
+    // half the budget.
+    std::uint64_t projected = 0;
+    std::uint64_t headroom = 0;
+    std::vector<std::size_t> candidates;
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+        const auto& t = targets[i];
+        if (!in_scope(t) || t.halted) continue;
+        headroom += t.headroom_bytes;
+        if (acted[i]) continue;
+        projected += t.log_bytes;
+        if (!t.busy) candidates.push_back(i);
+    }
+    projected += std::min(config.total_max_size_bytes / 2, headroom);
+    if (projected < config.total_max_size_bytes) return decisions;
+    std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t a, std::size_t b) {
+        return targets[a].log_bytes > targets[b].log_bytes;
+    });
+    for (auto i : candidates) {
+        if (projected < config.total_max_size_bytes) break;
+        decisions.push_back({i, action_for(targets[i]), CapReason::total_budget});
+        projected -= targets[i].log_bytes;
+    }
+    return decisions;
+}
+
+}  // namespace reaperd::logcap

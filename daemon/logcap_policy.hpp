@@ -1,0 +1,118 @@
+// The pure half of the log caps: which containers' logs to act on and how, given their sizes,
+// the config and who owns them; plus the small helpers the watcher uses (cap labels, where a
+// driver keeps its files, which file names are rotations, how fast a log grows). No I/O and
+// no clock here: the watcher (logcap.hpp) measures and passes everything in.
+#pragma once
+
+#include "config.hpp"
+
+#include <reaper/engine.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace reaperd::logcap {
+
+// The label that overrides logs.max_size for one container ("0" exempts it from capping).
+inline constexpr const char* max_size_label = "reaperd.log-max-size";
+
+const char* to_string(LogAction action);  // "truncate", "stop", "kill", "remove"
+
+// ---- per-container cap ---------------------------------------------------------------------
+struct CapSetting {
+    std::uint64_t cap_bytes = 0;  // 0 = no cap of its own
+    // The label said "0": this container is neither capped nor counted in the total budget.
+    bool exempt = false;
+    // The label's value when it did not parse (the default applies then); nullopt otherwise.
+    std::optional<std::string> bad_label;
+};
+
+// The label wins over `default_cap_bytes` when it parses as a size (config.hpp parse_size).
+CapSetting resolve_cap(const reaper::Labels& labels, std::uint64_t default_cap_bytes);
+
+// ---- where the log is ----------------------------------------------------------------------
+struct LogFiles {
+    std::string dir;        // the directory holding the live file and its rotations
+    std::string live_name;  // the file the driver appends to, inside `dir`
+};
+
+// The files of a container's log, or nullopt for drivers that write none the capper can
+// cut (journald, syslog, none, fluentd, ...). json-file uses `log_path` (or, while the
+// engine has not set it yet because the container never started,
+// <root>/containers/<id>/<id>-json.log); local uses <root>/containers/<id>/local-logs/
+// container.log. An id that is not plain hex is refused, so no path can escape the root.
+std::optional<LogFiles> locate_log(const std::string& id, const std::string& log_driver,
+                                   const std::string& log_path, const std::string& docker_root_dir);
+
+// True when `name` is a rotation of `live_name` as json-file and local write them:
+// "<live>.<N>" or "<live>.<N>.gz" with N a positive number.
+bool is_rotation(std::string_view name, std::string_view live_name);
+
+// ---- growth rate and the mark --------------------------------------------------------------
+// Estimates how fast a log grows from the sizes seen at each check. The estimate follows a
+// rise at once and decays slowly, because underestimating a runaway writer is what makes a
+// cap overshoot; a cut (the size going down) starts a new measuring window.
+class GrowthEstimator {
+public:
+    using Clock = std::chrono::steady_clock;
+    void observe(std::uint64_t bytes, Clock::time_point now);
+    double bytes_per_second() const { return rate_; }
+
+private:
+    // Sizes a few ms apart are too noisy (the writer runs in bursts of its scheduler slices);
+    // measuring over at least this long keeps one burst from reading as a huge rate.
+    static constexpr std::chrono::milliseconds min_window{20};
+    bool started_ = false;
+    std::uint64_t window_bytes_ = 0;
+    Clock::time_point window_start_{};
+    double rate_ = 0;
+};
+
+// How long the capper allows between a log reaching its mark and being cut: its own check
+// interval, plus the scheduler delay the capper's thread sees on a busy machine (the writer,
+// the shim and dockerd keep both cores busy while a runaway writes), with a wide margin.
+inline constexpr std::chrono::milliseconds reaction_budget{100};
+
+// What a log growing at `bytes_per_second` adds during reaction_budget.
+std::uint64_t headroom_for(double bytes_per_second);
+// The size at which to act so that a log is cut before it passes `cap_bytes`: the cap minus
+// its headroom, but never less than half the cap (a slow writer is cut at its cap; even a
+// runaway keeps half of it).
+std::uint64_t mark_for(std::uint64_t cap_bytes, std::uint64_t headroom_bytes);
+
+// ---- the decision --------------------------------------------------------------------------
+struct CapTarget {  // one watched container, as the decision sees it
+    std::string id;
+    bool owned = false;  // carries a session label
+    CapSetting cap;
+    std::uint64_t log_bytes = 0;       // live file plus its rotations
+    std::uint64_t headroom_bytes = 0;  // headroom_for(its growth rate)
+    // Stopped or killed by the capper and not written since: it cannot grow, so it neither
+    // needs acting on again nor counts toward the budget (its file stays, as the user chose
+    // stop over truncate).
+    bool halted = false;
+    // A stop/kill/remove is in flight or was just tried: wait for its result.
+    bool busy = false;
+};
+
+enum class CapReason { own_cap, total_budget };
+const char* to_string(CapReason reason);
+
+struct CapDecision {
+    std::size_t target = 0;  // index into the targets given
+    LogAction action = LogAction::truncate;
+    CapReason reason = CapReason::own_cap;
+};
+
+// What to do now. A target over its mark gets the configured action; when the total budget
+// (logs.total_max_size) would be passed, the largest remaining logs are acted on until the
+// rest fits. An unowned target is only ever truncated, whatever logs.action says, and with
+// scope `sessions` it is not acted on at all: reaperd never stops, kills or removes a
+// container it does not own by label.
+std::vector<CapDecision> decide(const std::vector<CapTarget>& targets, const LogsConfig& config);
+
+}  // namespace reaperd::logcap
