@@ -217,35 +217,59 @@ void Session::attach(const std::string& id_or_name) {
 
 void Session::wait_ready(const std::vector<std::string>& probe, milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
+    const std::string short_id = container_id_.substr(0, 12);
     std::string waiting_for = "running";
+    bool probe_passed = probe.empty();
+    bool settling = false;
+    Clock::time_point ready_since{};
     for (;;) {
         ContainerInfo info = engine_->inspect(container_id_);
         const auto& state = info.state;
         if (!state.running && !state.restarting) {
             std::ostringstream what;
-            what << "container " << container_id_.substr(0, 12) << " is not running (status " << state.status
-                 << ", exit code " << state.exit_code;
+            what << "container " << short_id << " is not running (status " << state.status << ", exit code "
+                 << state.exit_code;
             if (!state.error.empty()) what << ", error: " << state.error;
             what << ")";
             throw NotReady(what.str());
         }
-        if (state.running && info.has_healthcheck && state.health_status == "unhealthy")
-            throw NotReady("container " + container_id_.substr(0, 12) + " is unhealthy");
-        bool healthy = !info.has_healthcheck || state.health_status == "healthy";
-        if (state.running && !healthy) waiting_for = "healthy";
-        if (state.running && healthy) {
-            if (probe.empty()) return;
+        if (info.has_healthcheck && state.health_status == "unhealthy")
+            throw NotReady("container " + short_id + " is unhealthy");
+        const bool healthy = !info.has_healthcheck || state.health_status == "healthy";
+        if (!state.running) {
+            waiting_for = "running";
+        } else if (!healthy) {
+            waiting_for = "healthy";
+        } else if (!probe_passed) {
             waiting_for = "the readiness probe to exit 0";
             auto remaining = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
             auto probe_timeout = std::max(milliseconds{1}, std::min(options_.probe_timeout, remaining));
-            int exit_code = engine_->exec(container_id_, probe, probe_timeout);
-            if (exit_code == 0) return;
-            log(LogLevel::Debug, "readiness probe exited " + std::to_string(exit_code));
+            try {
+                int exit_code = engine_->exec(container_id_, probe, probe_timeout);
+                probe_passed = exit_code == 0;
+                if (!probe_passed) log(LogLevel::Debug, "readiness probe exited " + std::to_string(exit_code));
+            } catch (const Conflict&) {
+                // The container stopped under the probe: the next inspect tells how.
+            }
+        }
+        const bool ready = state.running && healthy && probe_passed;
+        if (!ready) {
+            settling = false;
+        } else {
+            // A container that dies right after starting still shows "running" for a moment.
+            if (!settling) ready_since = Clock::now();
+            settling = true;
+            if (Clock::now() - ready_since >= options_.ready_settle) return;
+            waiting_for = "it to stay running for " + std::to_string(options_.ready_settle.count()) + " ms";
         }
         if (Clock::now() >= deadline)
-            throw NotReady("container " + container_id_.substr(0, 12) + " not ready within " +
-                           std::to_string(timeout.count()) + " ms (waiting for " + waiting_for + ")");
-        sleep_until_at_most(deadline, options_.ready_poll_interval);
+            throw NotReady("container " + short_id + " not ready within " + std::to_string(timeout.count()) +
+                           " ms (waiting for " + waiting_for + ")");
+        auto step = options_.ready_poll_interval;
+        if (settling)
+            step = std::min(step, std::chrono::duration_cast<milliseconds>(ready_since + options_.ready_settle -
+                                                                           Clock::now()) + milliseconds{1});
+        sleep_until_at_most(deadline, step);
     }
 }
 

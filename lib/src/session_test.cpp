@@ -29,6 +29,7 @@ struct Fixture {
         o.use_daemon = false;
         o.ready_timeout = 2s;
         o.ready_poll_interval = 5ms;
+        o.ready_settle = 20ms;
         o.teardown_budget = 300ms;
         o.log = [logs = logs](const LogRecord& r) { logs->push_back(r); };
         return o;
@@ -281,6 +282,24 @@ BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_exited, Fixture) {
     check_cleared(session, *state);
     BOOST_TEST(state->containers.empty());
     BOOST_TEST(to_string(session.teardown_result()->container) == "removed");
+}
+
+BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_dies_while_settling, Fixture) {
+    auto o = options();
+    o.ready_settle = 200ms;
+    state->next_faults["inspect"].push_back([] {});
+    state->next_faults["inspect"].push_back([state = state] {
+        std::lock_guard lock(state->mutex);
+        for (auto& [id, c] : state->containers) {
+            c.info.state.running = false;
+            c.info.state.status = "exited";
+            c.info.state.exit_code = 1;
+        }
+    });
+    Session session(o);
+    BOOST_CHECK_THROW(session.create(spec()), NotReady);
+    check_cleared(session, *state);
+    BOOST_TEST(state->containers.empty());
 }
 
 BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_times_out, Fixture) {

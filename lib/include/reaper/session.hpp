@@ -98,11 +98,14 @@ struct SessionOptions {
     std::chrono::milliseconds control_timeout{2000};
 
     // Readiness: running, healthy when the container has a health check, and
-    // `readiness_probe` (if not empty) exiting 0 in it, all within ready_timeout.
+    // `readiness_probe` (if not empty) exiting 0 in it (once), all within ready_timeout.
     std::chrono::milliseconds ready_timeout{30'000};
     std::chrono::milliseconds ready_poll_interval{100};
     std::vector<std::string> readiness_probe;
     std::chrono::milliseconds probe_timeout{5'000};  // one probe run
+    // Once all of the above hold, the container must still run this much later: a process
+    // that dies right after starting shows "running" for a moment. 0 = ready at once.
+    std::chrono::milliseconds ready_settle{300};
 
     // Unset: true for a created container, false for an attached one.
     std::optional<bool> delete_on_exit;
