@@ -396,13 +396,13 @@ struct LogCapper::Loop {
     void would(Watched& w, LogAction action, CapReason reason) {
         if (w.would_logged) return;
         w.would_logged = true;
-        auto fields = container_fields(w, std::string("would-") + logcap::to_string(action));
+        auto fields = container_fields(w, "would-" + std::string(to_string(action)));
         fields.push_back({"LOG_BYTES_BEFORE", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
         fields.push_back({"REASON", logcap::to_string(reason)});
         record(Priority::notice, message_id::log_capped,
-               std::string("dry run: would ") + logcap::to_string(action) + " container " + w.info.name +
+               "dry run: would " + std::string(to_string(action)) + " container " + w.info.name +
                    " (" + short_id(w.info.id) + "), its log is " + format_size(w.log_bytes()),
                std::move(fields));
     }
@@ -448,7 +448,7 @@ struct LogCapper::Loop {
             w.halted = true;
             w.halted_bytes = w.log_bytes();
         }
-        auto fields = container_fields(w, logcap::to_string(job.action));
+        auto fields = container_fields(w, std::string(to_string(job.action)));
         fields.push_back({"LOG_BYTES_BEFORE", std::to_string(job.log_bytes_before)});
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
@@ -469,7 +469,7 @@ struct LogCapper::Loop {
             w.retry_at = Clock::now() + options().retry_interval;
             fields.push_back({"ERROR", error});
             record(Priority::warning, {},
-                   std::string("could not ") + logcap::to_string(job.action) + " " + subject +
+                   "could not " + std::string(to_string(job.action)) + " " + subject +
                        " over its log cap: " + error + "; will retry",
                    std::move(fields));
         }

@@ -5,16 +5,6 @@
 
 namespace reaperd::logcap {
 
-const char* to_string(LogAction action) {
-    switch (action) {
-        case LogAction::truncate: return "truncate";
-        case LogAction::stop: return "stop";
-        case LogAction::kill: return "kill";
-        case LogAction::remove: return "remove";
-    }
-    return "truncate";
-}
-
 const char* to_string(CapReason reason) {
     return reason == CapReason::own_cap ? "max_size" : "total_max_size";
 }

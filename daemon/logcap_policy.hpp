@@ -20,8 +20,6 @@ namespace reaperd::logcap {
 // The label that overrides logs.max_size for one container ("0" exempts it from capping).
 inline constexpr const char* max_size_label = "reaperd.log-max-size";
 
-const char* to_string(LogAction action);  // "truncate", "stop", "kill", "remove"
-
 // ---- per-container cap ---------------------------------------------------------------------
 struct CapSetting {
     std::uint64_t cap_bytes = 0;  // 0 = no cap of its own

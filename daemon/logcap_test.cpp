@@ -1,0 +1,596 @@
+#include "logcap.hpp"
+#include "logcap_policy.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using namespace reaperd;
+using namespace reaperd::logcap;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint64_t MiB = 1024 * 1024;
+
+CapTarget target(std::string id, bool owned, std::uint64_t cap, std::uint64_t bytes) {
+    CapTarget t;
+    t.id = std::move(id);
+    t.owned = owned;
+    t.cap.cap_bytes = cap;
+    t.log_bytes = bytes;
+    return t;
+}
+
+LogsConfig logs_config(LogAction action, LogScope scope, std::uint64_t max = 10 * MiB,
+                       std::uint64_t total = 0) {
+    LogsConfig c;
+    c.max_size_bytes = max;
+    c.action = action;
+    c.scope = scope;
+    c.total_max_size_bytes = total;
+    return c;
+}
+
+const LogAction all_actions[] = {LogAction::truncate, LogAction::stop, LogAction::kill, LogAction::remove};
+const LogScope all_scopes[] = {LogScope::sessions, LogScope::all};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(policy)
+
+// The project's one absolute rule, over the whole table: every action, every scope, a
+// container over its own cap and over the total budget, owned or not.
+BOOST_AUTO_TEST_CASE(unowned_containers_are_only_ever_truncated) {
+    for (auto action : all_actions)
+        for (auto scope : all_scopes)
+            for (bool owned : {false, true})
+                for (auto reason : {CapReason::own_cap, CapReason::total_budget}) {
+                    BOOST_TEST_CONTEXT("action " << std::string(reaperd::to_string(action)) << ", scope "
+                                                 << (scope == LogScope::all ? "all" : "sessions")
+                                                 << ", owned " << owned << ", " << to_string(reason)) {
+                        auto config = reason == CapReason::own_cap
+                                          ? logs_config(action, scope, 10 * MiB)
+                                          : logs_config(action, scope, 0, 10 * MiB);
+                        std::vector<CapTarget> targets{target("a", owned, config.max_size_bytes, 20 * MiB)};
+                        auto decisions = decide(targets, config);
+                        if (!owned && scope == LogScope::sessions) {
+                            BOOST_TEST(decisions.empty());
+                            continue;
+                        }
+                        BOOST_TEST_REQUIRE(decisions.size() == 1u);
+                        BOOST_TEST((decisions[0].reason == reason));
+                        auto expected = owned ? action : LogAction::truncate;
+                        BOOST_TEST((decisions[0].action == expected));
+                        if (!owned) BOOST_TEST((decisions[0].action == LogAction::truncate));
+                    }
+                }
+}
+
+BOOST_AUTO_TEST_CASE(under_the_mark_nothing_happens) {
+    auto config = logs_config(LogAction::stop, LogScope::all);
+    std::vector<CapTarget> targets{target("a", true, 10 * MiB, 10 * MiB - 1),
+                                   target("b", false, 10 * MiB, 0)};
+    BOOST_TEST(decide(targets, config).empty());
+    targets[0].log_bytes = 10 * MiB;
+    BOOST_TEST(decide(targets, config).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_fast_writer_is_cut_at_a_lower_mark) {
+    auto config = logs_config(LogAction::truncate, LogScope::sessions);
+    std::vector<CapTarget> targets{target("a", true, 10 * MiB, 7 * MiB)};
+    BOOST_TEST(decide(targets, config).empty());
+    targets[0].headroom_bytes = headroom_for(70e6);  // 7 MB in 100 ms: the mark is at half the cap
+    BOOST_TEST(mark_for(10 * MiB, targets[0].headroom_bytes) == 5 * MiB);
+    BOOST_TEST(decide(targets, config).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(halted_busy_exempt_and_uncapped_targets_are_left) {
+    auto config = logs_config(LogAction::stop, LogScope::all);
+    std::vector<CapTarget> targets{target("halted", true, 10 * MiB, 20 * MiB),
+                                   target("busy", true, 10 * MiB, 20 * MiB),
+                                   target("exempt", true, 0, 20 * MiB),
+                                   target("uncapped", true, 0, 20 * MiB)};
+    targets[0].halted = true;
+    targets[1].busy = true;
+    targets[2].cap.exempt = true;
+    BOOST_TEST(decide(targets, config).empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_total_budget_acts_on_the_largest_first) {
+    auto config = logs_config(LogAction::stop, LogScope::all, 0, 100 * MiB);
+    std::vector<CapTarget> targets{target("small", true, 0, 10 * MiB), target("big", true, 0, 60 * MiB),
+                                   target("middle", false, 0, 35 * MiB),
+                                   target("exempt", true, 0, 500 * MiB)};
+    targets[3].cap.exempt = true;
+    auto decisions = decide(targets, config);
+    // 105 MiB: cutting "big" (60) brings the rest to 45 MiB.
+    BOOST_TEST_REQUIRE(decisions.size() == 1u);
+    BOOST_TEST(targets[decisions[0].target].id == "big");
+    BOOST_TEST((decisions[0].action == LogAction::stop));
+    BOOST_TEST((decisions[0].reason == CapReason::total_budget));
+
+    targets[1].log_bytes = 30 * MiB;  // 75 MiB: fits
+    BOOST_TEST(decide(targets, config).empty());
+
+    targets[1].log_bytes = 80 * MiB;
+    targets[0].log_bytes = 70 * MiB;  // 185: big (80) -> 105, still over; then "small" (70) -> 35
+    decisions = decide(targets, config);
+    BOOST_TEST_REQUIRE(decisions.size() == 2u);
+    BOOST_TEST(targets[decisions[0].target].id == "big");
+    BOOST_TEST(targets[decisions[1].target].id == "small");
+}
+
+BOOST_AUTO_TEST_CASE(the_budget_skips_halted_logs_and_counts_those_cut_for_their_own_cap_as_done) {
+    auto config = logs_config(LogAction::stop, LogScope::all, 50 * MiB, 100 * MiB);
+    std::vector<CapTarget> targets{target("halted", true, 50 * MiB, 45 * MiB),
+                                   target("over-own", true, 50 * MiB, 60 * MiB),
+                                   target("a", true, 50 * MiB, 40 * MiB)};
+    targets[0].halted = true;
+    auto decisions = decide(targets, config);
+    BOOST_TEST_REQUIRE(decisions.size() == 1u);
+    BOOST_TEST(targets[decisions[0].target].id == "over-own");
+    BOOST_TEST((decisions[0].reason == CapReason::own_cap));
+}
+
+BOOST_AUTO_TEST_CASE(labels_override_the_default) {
+    struct Row {
+        std::optional<std::string> label;
+        std::uint64_t cap;
+        bool exempt;
+        bool bad;
+    };
+    const Row rows[] = {
+        {std::nullopt, 10 * MiB, false, false}, {"1MiB", 1 * MiB, false, false},
+        {"512k", 512 * 1024, false, false},     {"0", 0, true, false},
+        {"lots", 10 * MiB, false, true},        {"-5MiB", 10 * MiB, false, true},
+        {"", 10 * MiB, false, true},
+    };
+    for (const auto& row : rows) {
+        BOOST_TEST_CONTEXT("label " << row.label.value_or("(none)")) {
+            reaper::Labels labels;
+            if (row.label) labels[max_size_label] = *row.label;
+            auto setting = resolve_cap(labels, 10 * MiB);
+            BOOST_TEST(setting.cap_bytes == row.cap);
+            BOOST_TEST(setting.exempt == row.exempt);
+            BOOST_TEST(setting.bad_label.has_value() == row.bad);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(log_files_by_driver) {
+    std::string id(64, 'a');
+    auto json = locate_log(id, "json-file", "/d/containers/" + id + "/" + id + "-json.log", "/d");
+    BOOST_TEST_REQUIRE(json.has_value());
+    BOOST_TEST(json->dir == "/d/containers/" + id);
+    BOOST_TEST(json->live_name == id + "-json.log");
+    auto unstarted = locate_log(id, "json-file", "", "/d");
+    BOOST_TEST_REQUIRE(unstarted.has_value());
+    BOOST_TEST(unstarted->dir == "/d/containers/" + id);
+    auto local = locate_log(id, "local", "", "/d");
+    BOOST_TEST_REQUIRE(local.has_value());
+    BOOST_TEST(local->dir == "/d/containers/" + id + "/local-logs");
+    BOOST_TEST(local->live_name == "container.log");
+    for (const char* driver : {"journald", "syslog", "none", "fluentd", "gelf"})
+        BOOST_TEST(!locate_log(id, driver, "", "/d").has_value(), driver);
+    BOOST_TEST(!locate_log(id, "local", "", "").has_value());
+    BOOST_TEST(!locate_log("../../etc", "local", "", "/d").has_value());
+    BOOST_TEST(!locate_log(id, "json-file", "relative.log", "/d").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(rotation_names) {
+    BOOST_TEST(is_rotation("c-json.log.1", "c-json.log"));
+    BOOST_TEST(is_rotation("c-json.log.12", "c-json.log"));
+    BOOST_TEST(is_rotation("container.log.3.gz", "container.log"));
+    BOOST_TEST(!is_rotation("c-json.log", "c-json.log"));
+    BOOST_TEST(!is_rotation("c-json.log.", "c-json.log"));
+    BOOST_TEST(!is_rotation("c-json.log.0", "c-json.log"));
+    BOOST_TEST(!is_rotation("c-json.log.1.tmp", "c-json.log"));
+    BOOST_TEST(!is_rotation("c-json.log.gz", "c-json.log"));
+    BOOST_TEST(!is_rotation("config.v2.json", "c-json.log"));
+}
+
+BOOST_AUTO_TEST_CASE(growth_rises_at_once_and_decays_slowly) {
+    GrowthEstimator growth;
+    auto t = GrowthEstimator::Clock::time_point{} + 1h;
+    growth.observe(0, t);
+    growth.observe(700'000, t + 5ms);  // inside the minimum window: not measured yet
+    BOOST_TEST(growth.bytes_per_second() == 0.0);
+    growth.observe(1'400'000, t + 20ms);
+    BOOST_TEST(growth.bytes_per_second() == 70e6, boost::test_tools::tolerance(0.01));
+    growth.observe(0, t + 30ms);  // cut: a new window, the rate is kept
+    BOOST_TEST(growth.bytes_per_second() == 70e6, boost::test_tools::tolerance(0.01));
+    growth.observe(0, t + 50ms);  // quiet for a window: decays, not drops
+    BOOST_TEST(growth.bytes_per_second() > 40e6);
+    BOOST_TEST(growth.bytes_per_second() < 70e6);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the watcher, on real files, with a scripted engine ------------------------------------
+namespace {
+
+class FakeEngine : public reaper::Engine {
+public:
+    struct Call {
+        std::string op;
+        std::string id;
+    };
+    std::vector<Call> calls() {
+        std::lock_guard lock(mutex_);
+        return calls_;
+    }
+    std::atomic<bool> running{true};
+    std::atomic<bool> fail{false};
+
+    void ping() override {}
+    reaper::VersionInfo version() override { return {}; }
+    std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions&) override { return {}; }
+    reaper::ContainerInfo inspect(const std::string& id) override {
+        note("inspect", id);
+        reaper::ContainerInfo info;
+        info.id = id;
+        info.state.running = running;
+        return info;
+    }
+    std::string create(const reaper::ContainerSpec&) override { return {}; }
+    void start(const std::string&) override {}
+    void stop(const std::string& id, std::chrono::seconds) override { act("stop", id); }
+    void kill(const std::string& id, const std::string&) override { act("kill", id); }
+    void remove(const std::string& id, const reaper::RemoveOptions&) override { act("remove", id); }
+    int wait(const std::string&, std::chrono::milliseconds) override { return 0; }
+    int exec(const std::string&, const std::vector<std::string>&, std::chrono::milliseconds) override {
+        return 0;
+    }
+    void import_image(std::istream&, const std::string&) override {}
+    std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions&) override { return nullptr; }
+    void close() noexcept override {}
+
+private:
+    void note(const std::string& op, const std::string& id) {
+        std::lock_guard lock(mutex_);
+        calls_.push_back({op, id});
+    }
+    void act(const std::string& op, const std::string& id) {
+        note(op, id);
+        if (fail) throw reaper::ServerError(500, "boom", "fake engine failed " + op);
+        running = false;
+    }
+    std::mutex mutex_;
+    std::vector<Call> calls_;
+};
+
+struct Record {
+    Priority priority;
+    std::string message_id;
+    std::string message;
+    std::map<std::string, std::string> fields;
+};
+
+class Records {
+public:
+    LogSink sink() {
+        return [this](Priority p, std::string_view id, std::string_view message, std::vector<LogField> fields) {
+            Record r{p, std::string(id), std::string(message), {}};
+            for (auto& f : fields) r.fields[f.name] = f.value;
+            std::lock_guard lock(mutex_);
+            records_.push_back(std::move(r));
+        };
+    }
+    std::vector<Record> all() {
+        std::lock_guard lock(mutex_);
+        return records_;
+    }
+    std::vector<Record> with(const std::string& field, const std::string& value) {
+        std::vector<Record> out;
+        for (auto& r : all())
+            if (r.fields.count(field) && r.fields.at(field) == value) out.push_back(r);
+        return out;
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<Record> records_;
+};
+
+// A container directory laid out as the engine lays it out, in a temp dir.
+struct Fixture {
+    fs::path root = fs::temp_directory_path() / ("logcap-test-" + std::to_string(::getpid()));
+    FakeEngine engine;
+    Records records;
+    Fixture() { fs::create_directories(root); }
+    ~Fixture() { fs::remove_all(root); }
+
+    ContainerLog container(const std::string& hex, const std::string& session,
+                           const std::string& driver = "json-file") {
+        std::string id = hex + std::string(64 - hex.size(), '0');
+        ContainerLog c;
+        c.id = id;
+        c.name = "c-" + hex;
+        c.session = session;
+        c.log_driver = driver;
+        c.docker_root_dir = root.string();
+        fs::create_directories(root / "containers" / id);
+        if (driver == "json-file") {
+            c.log_path = (root / "containers" / id / (id + "-json.log")).string();
+            std::ofstream(c.log_path).flush();
+        }
+        return c;
+    }
+
+    LogCapper::Options options(LogsConfig logs) {
+        LogCapper::Options o;
+        o.logs = logs;
+        o.logs.check_interval = 200ms;
+        o.sink = records.sink();
+        return o;
+    }
+};
+
+void append(const std::string& path, std::uint64_t bytes) {
+    std::ofstream out(path, std::ios::app | std::ios::binary);
+    std::string chunk(64 * 1024, 'x');
+    for (std::uint64_t done = 0; done < bytes; done += chunk.size())
+        out.write(chunk.data(), static_cast<std::streamsize>(std::min<std::uint64_t>(chunk.size(), bytes - done)));
+}
+
+std::uint64_t size_of(const std::string& path) {
+    std::error_code ec;
+    auto n = fs::file_size(path, ec);
+    return ec ? 0 : n;
+}
+
+template <typename F>
+bool eventually(F condition, std::chrono::milliseconds limit = 10s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (condition()) return true;
+        std::this_thread::sleep_for(5ms);
+    }
+    return condition();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(watcher)
+
+BOOST_AUTO_TEST_CASE(a_log_over_its_cap_is_cut_and_recorded) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("a1", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    append(c.log_path, MiB / 2);
+    std::this_thread::sleep_for(50ms);
+    BOOST_TEST(size_of(c.log_path) == MiB / 2);
+    append(c.log_path, MiB);
+    BOOST_TEST_REQUIRE(eventually([&] { return size_of(c.log_path) == 0; }));
+    BOOST_TEST_REQUIRE(eventually([&] { return !f.records.with("ACTION", "truncate").empty(); }));
+    auto r = f.records.with("ACTION", "truncate").front();
+    BOOST_TEST((r.priority == Priority::notice));
+    BOOST_TEST(r.message_id == std::string(message_id::log_capped));
+    BOOST_TEST(r.fields["CONTAINER_ID"] == c.id);
+    BOOST_TEST(r.fields["CONTAINER_NAME"] == c.name);
+    BOOST_TEST(r.fields["SESSION_ID"] == "s1");
+    BOOST_TEST(std::stoull(r.fields["LOG_BYTES_BEFORE"]) >= MiB);
+    BOOST_TEST(std::stoull(r.fields["LOG_BYTES_AFTER"]) == 0u);
+    BOOST_TEST(capper.counters().truncations == 1u);
+    BOOST_TEST(capper.counters().log_bytes_dropped >= MiB);
+    BOOST_TEST(f.engine.calls().empty());
+}
+
+BOOST_AUTO_TEST_CASE(rotated_files_count_and_are_dropped) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("b2", "s1");
+    append(c.log_path + ".1", 400 * 1024);
+    append(c.log_path + ".2.gz", 400 * 1024);
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    std::this_thread::sleep_for(50ms);
+    BOOST_TEST(size_of(c.log_path + ".1") == 400u * 1024);
+    append(c.log_path, 300 * 1024);  // 1.1 MiB in all: over
+    BOOST_TEST_REQUIRE(eventually([&] { return !fs::exists(c.log_path + ".1"); }));
+    BOOST_TEST(!fs::exists(c.log_path + ".2.gz"));
+    BOOST_TEST(size_of(c.log_path) == 0u);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().log_bytes_dropped == 1100u * 1024; }));
+}
+
+BOOST_AUTO_TEST_CASE(a_rotation_by_rename_is_followed) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("b3", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    append(c.log_path, 600 * 1024);
+    fs::rename(c.log_path, c.log_path + ".1");
+    append(c.log_path, 600 * 1024);  // a new live file; 1.2 MiB in all
+    BOOST_TEST_REQUIRE(eventually([&] { return !fs::exists(c.log_path + ".1"); }));
+    BOOST_TEST(size_of(c.log_path) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_local_driver_is_capped_in_its_own_directory) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("c3", "s1", "local");
+    capper.add(c);  // before the engine made local-logs: picked up by the backstop
+    auto dir = f.root / "containers" / c.id / "local-logs";
+    std::this_thread::sleep_for(50ms);
+    fs::create_directories(dir);
+    append((dir / "container.log").string(), 100 * 1024);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    append((dir / "container.log.1.gz").string(), 600 * 1024);
+    append((dir / "container.log").string(), 400 * 1024);
+    BOOST_TEST_REQUIRE(eventually([&] { return !fs::exists(dir / "container.log.1.gz"); }));
+    BOOST_TEST(size_of((dir / "container.log").string()) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(drivers_without_files_are_reported_once) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("d4", "s1", "none");
+    capper.add(c);
+    capper.add(c);
+    auto j = f.container("d5", "s1", "journald");
+    capper.add(j);
+    BOOST_TEST_REQUIRE(eventually([&] { return f.records.with("ACTION", "none").size() == 2u; }));
+    std::this_thread::sleep_for(300ms);
+    auto none = f.records.with("CONTAINER_ID", c.id);
+    BOOST_TEST_REQUIRE(none.size() == 1u);
+    BOOST_TEST((none[0].priority == Priority::warning));
+    BOOST_TEST(none[0].fields["LOG_DRIVER"] == "none");
+    BOOST_TEST(none[0].message.find("not capped") != std::string::npos);
+    BOOST_TEST(capper.watched() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_label_overrides_and_a_broken_label_warns_once) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 4 * MiB)));
+    capper.start();
+    auto small = f.container("e5", "s1");
+    small.labels[max_size_label] = "256KiB";
+    auto broken = f.container("e6", "s1");
+    broken.labels[max_size_label] = "ten megs";
+    capper.add(small);
+    capper.add(broken);
+    capper.add(broken);  // fed again (e.g. at start): still one warning
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 2u; }));
+    append(small.log_path, 300 * 1024);
+    append(broken.log_path, 1 * MiB);
+    BOOST_TEST_REQUIRE(eventually([&] { return size_of(small.log_path) == 0u; }));
+    std::this_thread::sleep_for(300ms);
+    BOOST_TEST(size_of(broken.log_path) == 1 * MiB);  // the 4 MiB default applies
+    append(broken.log_path, 4 * MiB);
+    BOOST_TEST_REQUIRE(eventually([&] { return size_of(broken.log_path) == 0u; }));
+    auto warnings = f.records.with("LABEL_VALUE", "ten megs");
+    BOOST_TEST_REQUIRE(warnings.size() == 1u);
+    BOOST_TEST((warnings[0].priority == Priority::warning));
+    BOOST_TEST(warnings[0].fields["CONTAINER_NAME"] == broken.name);
+    BOOST_TEST(warnings[0].message.find(broken.name) != std::string::npos);
+    BOOST_TEST(warnings[0].message.find("ten megs") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(stop_acts_through_the_engine_on_owned_containers_only) {
+    for (auto action : {LogAction::stop, LogAction::kill, LogAction::remove}) {
+        BOOST_TEST_CONTEXT("action " << std::string(reaperd::to_string(action))) {
+            Fixture f;
+            LogCapper capper(f.engine, f.options(logs_config(action, LogScope::all, 1 * MiB)));
+            capper.start();
+            auto owned = f.container("f7", "s1");
+            auto unowned = f.container("f8", "");
+            capper.add(owned);
+            capper.add(unowned);
+            BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 2u; }));
+            append(owned.log_path, 2 * MiB);
+            append(unowned.log_path, 2 * MiB);
+            BOOST_TEST_REQUIRE(eventually([&] { return size_of(unowned.log_path) == 0u; }));
+            BOOST_TEST_REQUIRE(
+                eventually([&] { return !f.records.with("ACTION", std::string(reaperd::to_string(action))).empty(); }));
+            auto r = f.records.with("ACTION", std::string(reaperd::to_string(action))).front();
+            BOOST_TEST(r.fields["CONTAINER_ID"] == owned.id);
+            BOOST_TEST(r.fields["SESSION_ID"] == "s1");
+            BOOST_TEST((r.priority == Priority::notice));
+            std::this_thread::sleep_for(300ms);  // a few backstops: no second action
+            for (const auto& call : f.engine.calls()) {
+                BOOST_TEST(call.id == owned.id, call.op);
+                if (call.op != "inspect") BOOST_TEST(call.op == std::string(reaperd::to_string(action)));
+            }
+            auto calls = f.engine.calls();
+            auto acted = std::count_if(calls.begin(), calls.end(),
+                                       [&](const auto& call) { return call.op == std::string(reaperd::to_string(action)); });
+            BOOST_TEST(acted == 1);
+            BOOST_TEST(size_of(owned.log_path) == 2 * MiB);  // stopped, not cut
+            auto counters = capper.counters();
+            BOOST_TEST(counters.stops + counters.kills + counters.removals == 1u);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_stop_is_retried_with_a_warning) {
+    Fixture f;
+    f.engine.fail = true;
+    auto options = f.options(logs_config(LogAction::stop, LogScope::sessions, 1 * MiB));
+    options.retry_interval = 100ms;
+    LogCapper capper(f.engine, options);
+    capper.start();
+    auto c = f.container("a9", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    append(c.log_path, 2 * MiB);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().action_failures >= 2u; }));
+    auto warnings = f.records.with("ACTION", "stop");
+    BOOST_TEST_REQUIRE(!warnings.empty());
+    BOOST_TEST((warnings[0].priority == Priority::warning));
+    BOOST_TEST(warnings[0].fields["ERROR"].find("fake engine failed") != std::string::npos);
+    f.engine.fail = false;
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().stops == 1u; }));
+}
+
+BOOST_AUTO_TEST_CASE(scope_sessions_leaves_unowned_logs_alone) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("b1", "");
+    capper.add(c);
+    append(c.log_path, 2 * MiB);
+    std::this_thread::sleep_for(500ms);
+    BOOST_TEST(size_of(c.log_path) == 2 * MiB);
+    BOOST_TEST(capper.watched() == 0u);
+    capper.reconfigure(logs_config(LogAction::stop, LogScope::all, 1 * MiB));
+    BOOST_TEST_REQUIRE(eventually([&] { return size_of(c.log_path) == 0u; }));
+    BOOST_TEST(f.engine.calls().empty());
+}
+
+BOOST_AUTO_TEST_CASE(dry_run_only_logs) {
+    Fixture f;
+    auto options = f.options(logs_config(LogAction::remove, LogScope::sessions, 1 * MiB));
+    options.dry_run = true;
+    LogCapper capper(f.engine, options);
+    capper.start();
+    auto c = f.container("b4", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    append(c.log_path, 2 * MiB);
+    BOOST_TEST_REQUIRE(eventually([&] { return !f.records.with("ACTION", "would-remove").empty(); }));
+    std::this_thread::sleep_for(300ms);
+    BOOST_TEST(f.records.with("ACTION", "would-remove").size() == 1u);
+    BOOST_TEST(size_of(c.log_path) == 2 * MiB);
+    BOOST_TEST(f.engine.calls().empty());
+}
+
+BOOST_AUTO_TEST_CASE(repeated_cuts_are_coalesced_into_one_record_per_interval) {
+    Fixture f;
+    auto options = f.options(logs_config(LogAction::truncate, LogScope::sessions, 256 * 1024));
+    options.log_coalesce = 500ms;
+    LogCapper capper(f.engine, options);
+    capper.start();
+    auto c = f.container("b5", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    for (int i = 0; i < 5; ++i) {
+        append(c.log_path, 300 * 1024);
+        BOOST_TEST_REQUIRE(eventually([&] { return size_of(c.log_path) == 0u; }));
+    }
+    BOOST_TEST(eventually([&] { return capper.counters().truncations == 5u; }));
+    BOOST_TEST_REQUIRE(eventually([&] {
+        std::uint64_t counted = 0;
+        for (auto& r : f.records.with("ACTION", "truncate")) counted += std::stoull(r.fields["ACTION_COUNT"]);
+        return counted == 5u;
+    }));
+    BOOST_TEST(f.records.with("ACTION", "truncate").size() < 5u);
+    capper.stop();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
