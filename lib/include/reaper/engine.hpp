@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <istream>
+#include <ostream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,6 +33,7 @@ enum class EngineErrorKind {
 };
 
 const char* to_string(EngineErrorKind kind);
+std::ostream& operator<<(std::ostream& out, EngineErrorKind kind);
 
 class EngineError : public std::runtime_error {
 public:

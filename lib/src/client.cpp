@@ -1,0 +1,712 @@
+#include <reaper/client.hpp>
+
+#include <Poco/Exception.h>
+#include <Poco/JSON/Array.h>
+#include <Poco/JSON/Object.h>
+#include <Poco/JSON/Parser.h>
+#include <Poco/Net/HTTPClientSession.h>
+#include <Poco/Net/HTTPRequest.h>
+#include <Poco/Net/HTTPResponse.h>
+#include <Poco/Net/NetException.h>
+#include <Poco/Net/SocketAddress.h>
+#include <Poco/Net/StreamSocket.h>
+#include <Poco/StreamCopier.h>
+#include <Poco/URI.h>
+
+#include <atomic>
+#include <charconv>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace reaper {
+
+using Poco::JSON::Array;
+using Poco::JSON::Object;
+using Poco::Net::HTTPRequest;
+using Poco::Net::HTTPResponse;
+
+// ---- query helpers ----------------------------------------------------------------------
+
+std::string url_encode(std::string_view text) {
+    std::string out;
+    // Everything but RFC 3986's unreserved characters is escaped.
+    Poco::URI::encode(std::string(text), "!#$&'()*+,/:;=?@[]{}\"%<>\\^`| ", out);
+    return out;
+}
+
+std::string encode_filters(const Filters& filters) {
+    Object object;
+    for (const auto& [key, values] : filters) {
+        Array array;
+        for (const auto& v : values) array.add(v);
+        object.set(key, array);
+    }
+    std::ostringstream out;
+    object.stringify(out);
+    return out.str();
+}
+
+int compare_api_versions(std::string_view a, std::string_view b) {
+    auto next = [](std::string_view& s) {
+        unsigned value = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+        (void)ec;
+        s.remove_prefix(static_cast<std::size_t>(end - s.data()));
+        if (!s.empty() && s.front() == '.') s.remove_prefix(1);
+        return value;
+    };
+    while (!a.empty() || !b.empty()) {
+        unsigned x = next(a), y = next(b);
+        if (x != y) return x < y ? -1 : 1;
+    }
+    return 0;
+}
+
+// ---- connections ------------------------------------------------------------------------
+
+namespace {
+
+struct Connection {
+    Poco::Net::StreamSocket socket;
+    std::unique_ptr<Poco::Net::HTTPClientSession> http;
+    bool reused = false;
+};
+
+std::string engine_message_of(const std::string& body) {
+    try {
+        Poco::JSON::Parser parser;
+        auto object = parser.parse(body).extract<Object::Ptr>();
+        if (object && object->has("message")) return object->getValue<std::string>("message");
+    } catch (...) {
+        // Not JSON: the raw text is the best message there is.
+    }
+    std::string text = body.substr(0, 512);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    return text;
+}
+
+Object::Ptr parse_object(const std::string& body, const std::string& what) {
+    try {
+        Poco::JSON::Parser parser;
+        auto object = parser.parse(body).extract<Object::Ptr>();
+        if (object) return object;
+    } catch (const Poco::Exception& e) {
+        throw ProtocolError(0, "", what + ": unparseable JSON from the engine: " + e.displayText());
+    } catch (const std::exception& e) {
+        throw ProtocolError(0, "", what + ": unparseable JSON from the engine: " + e.what());
+    }
+    throw ProtocolError(0, "", what + ": expected a JSON object from the engine");
+}
+
+Array::Ptr parse_array(const std::string& body, const std::string& what) {
+    try {
+        Poco::JSON::Parser parser;
+        auto array = parser.parse(body).extract<Array::Ptr>();
+        if (array) return array;
+    } catch (const Poco::Exception& e) {
+        throw ProtocolError(0, "", what + ": unparseable JSON from the engine: " + e.displayText());
+    } catch (const std::exception& e) {
+        throw ProtocolError(0, "", what + ": unparseable JSON from the engine: " + e.what());
+    }
+    throw ProtocolError(0, "", what + ": expected a JSON array from the engine");
+}
+
+std::string str(const Object::Ptr& o, const std::string& key) {
+    if (!o || !o->has(key) || o->isNull(key)) return {};
+    try {
+        return o->getValue<std::string>(key);
+    } catch (...) {
+        return o->get(key).toString();
+    }
+}
+
+template <typename T>
+T num(const Object::Ptr& o, const std::string& key) {
+    if (!o || !o->has(key) || o->isNull(key)) return T{};
+    try {
+        return o->getValue<T>(key);
+    } catch (...) {
+        return T{};
+    }
+}
+
+bool boolean(const Object::Ptr& o, const std::string& key) {
+    if (!o || !o->has(key) || o->isNull(key)) return false;
+    try {
+        return o->getValue<bool>(key);
+    } catch (...) {
+        return false;
+    }
+}
+
+std::map<std::string, std::string> string_map(const Object::Ptr& o) {
+    std::map<std::string, std::string> out;
+    if (!o) return out;
+    for (const auto& [key, value] : *o) {
+        out[key] = value.isEmpty() ? std::string{} : value.toString();
+    }
+    return out;
+}
+
+Array::Ptr string_array(const std::vector<std::string>& values) {
+    Array::Ptr array = new Array;
+    for (const auto& v : values) array->add(v);
+    return array;
+}
+
+std::string stringify(const Object& object) {
+    std::ostringstream out;
+    object.stringify(out);
+    return out.str();
+}
+
+Event parse_event(const std::string& line) {
+    auto object = parse_object(line, "event");
+    Event event;
+    event.type = str(object, "Type");
+    event.action = str(object, "Action");
+    event.time_nano = num<std::int64_t>(object, "timeNano");
+    auto actor = object->getObject("Actor");
+    if (actor) {
+        event.id = str(actor, "ID");
+        event.attributes = string_map(actor->getObject("Attributes"));
+    }
+    if (event.id.empty()) event.id = str(object, "id");
+    return event;
+}
+
+}  // namespace
+
+// ---- the client -------------------------------------------------------------------------
+
+class HttpEventStream;
+
+struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
+    explicit Impl(ClientOptions o) : options(std::move(o)) {}
+
+    ClientOptions options;
+    mutable std::mutex mutex;
+    bool closed = false;
+    std::vector<std::unique_ptr<Connection>> idle;
+    std::set<Connection*> busy;
+    std::set<HttpEventStream*> streams;
+    std::string negotiated_version;
+    std::once_flag negotiating;
+
+    struct Response {
+        int status = 0;
+        std::string body;
+    };
+
+    std::unique_ptr<Connection> connect() {
+        auto connection = std::make_unique<Connection>();
+        const auto& address = options.address;
+        try {
+            Poco::Net::SocketAddress socket_address =
+                address.kind == EngineAddress::Kind::Unix
+                    ? Poco::Net::SocketAddress(Poco::Net::SocketAddress::UNIX_LOCAL, address.path)
+                    : Poco::Net::SocketAddress(address.host, address.port);
+            connection->socket.connect(socket_address,
+                                       Poco::Timespan(options.connect_timeout.count() * 1000));
+        } catch (const Poco::TimeoutException& e) {
+            throw Timeout(0, "", "connecting to the engine at " + address.to_string() + " timed out");
+        } catch (const Poco::Exception& e) {
+            throw Unreachable(0, "", "cannot connect to the engine at " + address.to_string() + ": " +
+                                         e.displayText());
+        }
+        // Poco cannot connect an HTTPClientSession to a unix address itself, so we hand it a
+        // connected socket; keep-alive must then be switched on explicitly.
+        connection->http = std::make_unique<Poco::Net::HTTPClientSession>(connection->socket);
+        connection->http->setKeepAlive(true);
+        return connection;
+    }
+
+    // Takes an idle connection or opens a new one, and registers it as busy so close() can
+    // shut it down under a blocked caller.
+    std::unique_ptr<Connection> borrow() {
+        {
+            std::lock_guard lock(mutex);
+            if (closed) throw ClientClosed(0, "", "the engine client is closed");
+            if (!idle.empty()) {
+                auto connection = std::move(idle.back());
+                idle.pop_back();
+                connection->reused = true;
+                busy.insert(connection.get());
+                return connection;
+            }
+        }
+        auto connection = connect();
+        std::lock_guard lock(mutex);
+        if (closed) throw ClientClosed(0, "", "the engine client is closed");
+        busy.insert(connection.get());
+        return connection;
+    }
+
+    void give_back(std::unique_ptr<Connection> connection, bool reusable) {
+        std::lock_guard lock(mutex);
+        busy.erase(connection.get());
+        if (reusable && !closed && idle.size() < options.max_idle_connections) {
+            idle.push_back(std::move(connection));
+        }
+        // Otherwise the unique_ptr closes the socket here, under the lock, so close() never
+        // sees a half-destroyed connection.
+    }
+
+    bool is_closed() const {
+        std::lock_guard lock(mutex);
+        return closed;
+    }
+
+    [[noreturn]] void rethrow_io_error(const std::string& what) {
+        if (is_closed()) throw ClientClosed(0, "", what + ": the engine client was closed");
+        try {
+            throw;
+        } catch (const EngineError&) {
+            throw;
+        } catch (const Poco::TimeoutException& e) {
+            throw Timeout(0, "", what + ": no answer from the engine within the timeout");
+        } catch (const Poco::Net::MessageException& e) {
+            throw ProtocolError(0, "", what + ": malformed HTTP from the engine: " + e.displayText());
+        } catch (const Poco::Exception& e) {
+            throw Unreachable(0, "", what + ": connection to the engine failed: " + e.displayText());
+        } catch (const std::exception& e) {
+            throw Unreachable(0, "", what + ": connection to the engine failed: " + e.what());
+        }
+    }
+
+    std::string path_for(const std::string& path) {
+        return "/v" + api_version() + path;
+    }
+
+    std::string api_version() {
+        std::call_once(negotiating, [this] { negotiated_version = negotiate(); });
+        return negotiated_version;
+    }
+
+    std::string negotiate() {
+        auto response = send("GET", "/version", "", "", options.request_timeout);
+        if (response.status != 200) {
+            throw_engine_error(error_kind_for_status(response.status), response.status,
+                               engine_message_of(response.body), "GET /version: HTTP " +
+                               std::to_string(response.status));
+        }
+        auto object = parse_object(response.body, "GET /version");
+        std::string engine_max = str(object, "ApiVersion");
+        std::string engine_min = str(object, "MinAPIVersion");
+        if (engine_max.empty()) throw ProtocolError(200, "", "GET /version: the engine named no ApiVersion");
+        std::string version = compare_api_versions(engine_max, options.max_api_version) < 0
+                                  ? engine_max
+                                  : options.max_api_version;
+        if (compare_api_versions(version, options.min_api_version) < 0) {
+            throw ProtocolError(200, "", "the engine speaks API " + engine_max + ", older than the minimum " +
+                                             options.min_api_version + " this client needs");
+        }
+        if (!engine_min.empty() && compare_api_versions(version, engine_min) < 0) {
+            throw ProtocolError(200, "", "the engine needs API " + engine_min + " or newer; this client speaks up to " +
+                                             options.max_api_version);
+        }
+        return version;
+    }
+
+    // One HTTP exchange with the whole response body read. A reused keep-alive connection
+    // that the engine had already closed fails before any answer; that exchange is retried
+    // once on a fresh connection.
+    Response send(const std::string& method, const std::string& path, const std::string& body,
+                  const std::string& content_type, std::chrono::milliseconds timeout) {
+        for (int attempt = 0;; ++attempt) {
+            auto connection = borrow();
+            bool answered = false;
+            try {
+                auto t = Poco::Timespan(timeout.count() * 1000);
+                connection->socket.setReceiveTimeout(t);
+                connection->socket.setSendTimeout(t);
+                HTTPRequest request(method, path, HTTPRequest::HTTP_1_1);
+                request.setHost("docker");  // the engine requires a Host header, any name
+                request.setKeepAlive(true);
+                request.setContentLength(static_cast<std::streamsize>(body.size()));
+                if (!content_type.empty()) request.setContentType(content_type);
+                auto& out = connection->http->sendRequest(request);
+                out.write(body.data(), static_cast<std::streamsize>(body.size()));
+                out.flush();
+                HTTPResponse response;
+                auto& in = connection->http->receiveResponse(response);
+                answered = true;
+                Response result;
+                result.status = static_cast<int>(response.getStatus());
+                // The engine sends some headers early (wait, for one), so a timeout or a
+                // close() can strike inside the body: let the stream rethrow the cause.
+                in.exceptions(std::ios::badbit);
+                Poco::StreamCopier::copyToString(in, result.body);
+                if (is_closed()) throw ClientClosed(0, "", method + " " + path + ": the engine client was closed");
+                give_back(std::move(connection), response.getKeepAlive());
+                return result;
+            } catch (...) {
+                bool stale = connection->reused && !answered && attempt == 0;
+                give_back(std::move(connection), false);
+                if (stale && !is_closed()) continue;
+                rethrow_io_error(method + " " + path);
+            }
+        }
+    }
+
+    // A versioned call that expects one of `ok` statuses; any other becomes a typed error.
+    Response call(const std::string& method, const std::string& path, const std::string& body = "",
+                  std::initializer_list<int> ok = {200, 201, 204},
+                  std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+        auto full = path_for(path);
+        auto response = send(method, full, body, body.empty() ? "" : "application/json",
+                             timeout.value_or(options.request_timeout));
+        for (int s : ok) {
+            if (response.status == s) return response;
+        }
+        auto message = engine_message_of(response.body);
+        throw_engine_error(error_kind_for_status(response.status), response.status, message,
+                           method + " " + path + ": HTTP " + std::to_string(response.status) +
+                               (message.empty() ? "" : ": " + message));
+    }
+
+    void close();
+};
+
+// An events stream on a connection of its own, registered with its client so that the
+// client's close() ends it.
+class HttpEventStream final : public EventStream {
+public:
+    HttpEventStream(std::shared_ptr<Client::Impl> client, std::unique_ptr<Connection> connection,
+                    bool ends_by_itself, std::string what)
+        : client_(std::move(client)), connection_(std::move(connection)),
+          ends_by_itself_(ends_by_itself), what_(std::move(what)) {}
+
+    ~HttpEventStream() override {
+        std::lock_guard lock(client_->mutex);
+        client_->streams.erase(this);
+        connection_.reset();
+    }
+
+    void begin(const std::string& path) {
+        try {
+            connection_->socket.setReceiveTimeout(Poco::Timespan(client_->options.request_timeout.count() * 1000));
+            HTTPRequest request(HTTPRequest::HTTP_GET, path, HTTPRequest::HTTP_1_1);
+            request.setHost("docker");
+            request.setContentLength(0);
+            connection_->http->sendRequest(request).flush();
+            HTTPResponse response;
+            in_ = &connection_->http->receiveResponse(response);
+            if (response.getStatus() != HTTPResponse::HTTP_OK) {
+                std::string body;
+                Poco::StreamCopier::copyToString(*in_, body);
+                auto message = engine_message_of(body);
+                throw_engine_error(error_kind_for_status(response.getStatus()), response.getStatus(), message,
+                                   what_ + ": HTTP " + std::to_string(response.getStatus()) + ": " + message);
+            }
+            // Events arrive when they happen; only cancel() or the engine ends a read.
+            connection_->socket.setReceiveTimeout(Poco::Timespan(0));
+        } catch (...) {
+            client_->rethrow_io_error(what_);
+        }
+    }
+
+    std::optional<Event> next() override {
+        std::string line;
+        for (;;) {
+            if (cancelled_) return std::nullopt;
+            bool got = false;
+            try {
+                got = static_cast<bool>(std::getline(*in_, line));
+            } catch (...) {
+                if (cancelled_) return std::nullopt;
+                client_->rethrow_io_error(what_);
+            }
+            if (cancelled_) return std::nullopt;
+            if (!got) {
+                if (ends_by_itself_ && in_->eof() && line.empty()) return std::nullopt;
+                if (client_->is_closed()) throw ClientClosed(0, "", what_ + ": the engine client was closed");
+                if (!line.empty()) {
+                    throw ProtocolError(0, "", what_ + ": the stream ended inside an event: " + line.substr(0, 200));
+                }
+                throw Unreachable(0, "", what_ + ": the engine ended the event stream");
+            }
+            if (!line.empty() && line.back() == '\r') line.pop_back();
+            if (line.empty()) continue;
+            return parse_event(line);
+        }
+    }
+
+    void cancel() noexcept override {
+        cancelled_ = true;
+        try {
+            connection_->socket.shutdown();
+        } catch (...) {
+            // Already shut down or never connected: either way the reader is unblocked.
+        }
+    }
+
+private:
+    std::shared_ptr<Client::Impl> client_;
+    std::unique_ptr<Connection> connection_;
+    std::istream* in_ = nullptr;
+    bool ends_by_itself_;
+    std::string what_;
+    std::atomic<bool> cancelled_{false};
+};
+
+void Client::Impl::close() {
+    std::lock_guard lock(mutex);
+    if (closed) return;
+    closed = true;
+    idle.clear();
+    for (auto* connection : busy) {
+        try {
+            connection->socket.shutdown();
+        } catch (...) {
+            // The caller holding it sees the failure and drops it.
+        }
+    }
+    for (auto* stream : streams) stream->cancel();
+}
+
+Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
+
+Client::~Client() { close(); }
+
+void Client::close() noexcept { impl_->close(); }
+
+const ClientOptions& Client::options() const noexcept { return impl_->options; }
+
+std::string Client::api_version() { return impl_->api_version(); }
+
+std::size_t Client::open_connections() const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->idle.size() + impl_->busy.size() + impl_->streams.size();
+}
+
+void Client::ping() {
+    auto response = impl_->send("GET", "/_ping", "", "", impl_->options.request_timeout);
+    if (response.status != 200) {
+        auto message = engine_message_of(response.body);
+        throw_engine_error(error_kind_for_status(response.status), response.status, message,
+                           "GET /_ping: HTTP " + std::to_string(response.status));
+    }
+}
+
+VersionInfo Client::version() {
+    auto object = parse_object(impl_->call("GET", "/version").body, "GET /version");
+    VersionInfo info;
+    info.version = str(object, "Version");
+    info.api_version = str(object, "ApiVersion");
+    info.min_api_version = str(object, "MinAPIVersion");
+    info.os = str(object, "Os");
+    info.arch = str(object, "Arch");
+    return info;
+}
+
+std::vector<ContainerSummary> Client::list_containers(const ListOptions& options) {
+    std::string path = "/containers/json?all=" + std::string(options.all ? "1" : "0");
+    if (!options.filters.empty()) path += "&filters=" + url_encode(encode_filters(options.filters));
+    auto array = parse_array(impl_->call("GET", path).body, "GET /containers/json");
+    std::vector<ContainerSummary> result;
+    result.reserve(array->size());
+    for (std::size_t i = 0; i < array->size(); ++i) {
+        auto o = array->getObject(static_cast<unsigned>(i));
+        if (!o) throw ProtocolError(200, "", "GET /containers/json: an entry is not an object");
+        ContainerSummary c;
+        c.id = str(o, "Id");
+        if (auto names = o->getArray("Names")) {
+            for (std::size_t n = 0; n < names->size(); ++n) {
+                auto name = names->getElement<std::string>(static_cast<unsigned>(n));
+                if (!name.empty() && name.front() == '/') name.erase(0, 1);
+                c.names.push_back(name);
+            }
+        }
+        c.image = str(o, "Image");
+        c.labels = string_map(o->getObject("Labels"));
+        c.state = str(o, "State");
+        c.status = str(o, "Status");
+        c.created_unix_s = num<std::int64_t>(o, "Created");
+        result.push_back(std::move(c));
+    }
+    return result;
+}
+
+ContainerInfo Client::inspect(const std::string& id) {
+    auto o = parse_object(impl_->call("GET", "/containers/" + url_encode(id) + "/json").body,
+                          "GET /containers/" + id + "/json");
+    ContainerInfo info;
+    info.id = str(o, "Id");
+    info.name = str(o, "Name");
+    if (!info.name.empty() && info.name.front() == '/') info.name.erase(0, 1);
+    info.image = str(o, "Image");
+    info.created = str(o, "Created");
+    info.log_path = str(o, "LogPath");
+    if (auto config = o->getObject("Config")) {
+        info.labels = string_map(config->getObject("Labels"));
+        info.has_healthcheck = config->has("Healthcheck") && !config->isNull("Healthcheck");
+        if (info.has_healthcheck) {
+            auto test = config->getObject("Healthcheck")->getArray("Test");
+            info.has_healthcheck = test && test->size() > 0 && test->getElement<std::string>(0) != "NONE";
+        }
+    }
+    if (auto state = o->getObject("State")) {
+        auto& s = info.state;
+        s.status = str(state, "Status");
+        s.running = boolean(state, "Running");
+        s.paused = boolean(state, "Paused");
+        s.restarting = boolean(state, "Restarting");
+        s.dead = boolean(state, "Dead");
+        s.pid = num<int>(state, "Pid");
+        s.exit_code = num<int>(state, "ExitCode");
+        s.error = str(state, "Error");
+        s.started_at = str(state, "StartedAt");
+        s.finished_at = str(state, "FinishedAt");
+        if (auto health = state->getObject("Health")) s.health_status = str(health, "Status");
+    }
+    if (auto host = o->getObject("HostConfig")) {
+        info.auto_remove = boolean(host, "AutoRemove");
+        if (auto log = host->getObject("LogConfig")) {
+            info.log_driver = str(log, "Type");
+            info.log_options = string_map(log->getObject("Config"));
+        }
+    }
+    return info;
+}
+
+std::string Client::create(const ContainerSpec& spec) {
+    Object body;
+    body.set("Image", spec.image);
+    if (!spec.cmd.empty()) body.set("Cmd", string_array(spec.cmd));
+    if (!spec.entrypoint.empty()) body.set("Entrypoint", string_array(spec.entrypoint));
+    if (!spec.env.empty()) body.set("Env", string_array(spec.env));
+    Object::Ptr labels = new Object;
+    for (const auto& [k, v] : spec.labels) labels->set(k, v);
+    body.set("Labels", labels);
+    if (!spec.healthcheck_cmd.empty()) {
+        Object::Ptr health = new Object;
+        auto test = string_array(spec.healthcheck_cmd);
+        Array::Ptr full = new Array;
+        full->add("CMD");
+        for (std::size_t i = 0; i < test->size(); ++i) full->add(test->get(static_cast<unsigned>(i)));
+        health->set("Test", full);
+        if (spec.healthcheck_interval.count() > 0) {
+            health->set("Interval", static_cast<std::int64_t>(spec.healthcheck_interval.count()) * 1'000'000);
+        }
+        body.set("Healthcheck", health);
+    }
+    Object::Ptr host = new Object;
+    host->set("NetworkMode", spec.network_mode);
+    host->set("AutoRemove", spec.auto_remove);
+    if (spec.memory_bytes > 0) host->set("Memory", spec.memory_bytes);
+    if (spec.nano_cpus > 0) host->set("NanoCpus", spec.nano_cpus);
+    if (spec.pids_limit > 0) host->set("PidsLimit", spec.pids_limit);
+    if (!spec.log_config.type.empty() || !spec.log_config.options.empty()) {
+        Object::Ptr log = new Object;
+        log->set("Type", spec.log_config.type);
+        Object::Ptr config = new Object;
+        for (const auto& [k, v] : spec.log_config.options) config->set(k, v);
+        log->set("Config", config);
+        host->set("LogConfig", log);
+    }
+    body.set("HostConfig", host);
+    std::string path = "/containers/create";
+    if (!spec.name.empty()) path += "?name=" + url_encode(spec.name);
+    auto o = parse_object(impl_->call("POST", path, stringify(body), {201}).body, "POST /containers/create");
+    auto id = str(o, "Id");
+    if (id.empty()) throw ProtocolError(201, "", "POST /containers/create: the engine returned no Id");
+    return id;
+}
+
+void Client::start(const std::string& id) {
+    impl_->call("POST", "/containers/" + url_encode(id) + "/start", "", {204, 304});
+}
+
+void Client::stop(const std::string& id, std::chrono::seconds grace) {
+    impl_->call("POST", "/containers/" + url_encode(id) + "/stop?t=" + std::to_string(grace.count()), "",
+                {204, 304}, impl_->options.request_timeout + grace);
+}
+
+void Client::kill(const std::string& id, const std::string& signal) {
+    impl_->call("POST", "/containers/" + url_encode(id) + "/kill?signal=" + url_encode(signal), "", {204});
+}
+
+void Client::remove(const std::string& id, const RemoveOptions& options) {
+    impl_->call("DELETE",
+                "/containers/" + url_encode(id) + "?force=" + (options.force ? "true" : "false") +
+                    "&v=" + (options.volumes ? "true" : "false"),
+                "", {204});
+}
+
+int Client::wait(const std::string& id, std::chrono::milliseconds timeout) {
+    auto o = parse_object(impl_->call("POST", "/containers/" + url_encode(id) + "/wait", "", {200}, timeout).body,
+                          "POST /containers/" + id + "/wait");
+    return num<int>(o, "StatusCode");
+}
+
+int Client::exec(const std::string& id, const std::vector<std::string>& cmd, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    Object body;
+    body.set("Cmd", string_array(cmd));
+    body.set("AttachStdout", false);
+    body.set("AttachStderr", false);
+    auto created = parse_object(impl_->call("POST", "/containers/" + url_encode(id) + "/exec", stringify(body), {201}).body,
+                                "POST /containers/" + id + "/exec");
+    auto exec_id = str(created, "Id");
+    Object start;
+    start.set("Detach", true);
+    impl_->call("POST", "/exec/" + url_encode(exec_id) + "/start", stringify(start), {200, 204});
+    // Detached, so we poll for the exit code rather than hijack the connection.
+    for (;;) {
+        auto o = parse_object(impl_->call("GET", "/exec/" + url_encode(exec_id) + "/json").body, "GET /exec/json");
+        if (!boolean(o, "Running") && !o->isNull("ExitCode") && o->has("ExitCode")) return num<int>(o, "ExitCode");
+        if (std::chrono::steady_clock::now() >= deadline) {
+            throw Timeout(0, "", "exec in " + id + " did not finish within " + std::to_string(timeout.count()) + " ms");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds{20});
+    }
+}
+
+void Client::import_image(std::istream& tar, const std::string& reference) {
+    std::string repo = reference, tag = "latest";
+    auto colon = reference.rfind(':');
+    if (colon != std::string::npos && reference.find('/', colon) == std::string::npos) {
+        repo = reference.substr(0, colon);
+        tag = reference.substr(colon + 1);
+    }
+    std::string body((std::istreambuf_iterator<char>(tar)), std::istreambuf_iterator<char>());
+    auto path = impl_->path_for("/images/create?fromSrc=-&repo=" + url_encode(repo) + "&tag=" + url_encode(tag));
+    auto response = impl_->send("POST", path, body, "application/x-tar", impl_->options.request_timeout);
+    if (response.status != 200) {
+        auto message = engine_message_of(response.body);
+        throw_engine_error(error_kind_for_status(response.status), response.status, message,
+                           "POST /images/create: HTTP " + std::to_string(response.status) + ": " + message);
+    }
+    // Import reports failures inside a 200 progress stream, one JSON object per line.
+    std::istringstream lines(response.body);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.find("\"error\"") == std::string::npos) continue;
+        auto o = parse_object(line, "POST /images/create");
+        auto message = str(o, "error");
+        throw ServerError(200, message, "POST /images/create: " + message);
+    }
+}
+
+std::unique_ptr<EventStream> Client::events(const EventsOptions& options) {
+    std::string query;
+    auto add = [&query](const std::string& kv) { query += (query.empty() ? "?" : "&") + kv; };
+    if (!options.filters.empty()) add("filters=" + url_encode(encode_filters(options.filters)));
+    if (options.since) add("since=" + std::to_string(*options.since));
+    if (options.until) add("until=" + std::to_string(*options.until));
+    auto path = impl_->path_for("/events" + query);
+    auto connection = impl_->connect();
+    auto stream = std::make_unique<HttpEventStream>(impl_, std::move(connection), options.until.has_value(),
+                                                    "GET /events");
+    {
+        std::lock_guard lock(impl_->mutex);
+        if (impl_->closed) throw ClientClosed(0, "", "the engine client is closed");
+        impl_->streams.insert(stream.get());
+    }
+    stream->begin(path);
+    return stream;
+}
+
+}  // namespace reaper
