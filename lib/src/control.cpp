@@ -260,8 +260,22 @@ public:
     }
 
     Reply exchange(const Request& request) {
-        send(encode_request(request));
-        const auto line = receive_line();
+        std::string line;
+        try {
+            send(encode_request(request));
+            line = receive_line();
+        } catch (const DaemonUnreachable&) {
+            // A daemon that refuses a connection (too many connections) answers and closes
+            // before the request is written; its reply says more than "broken pipe".
+            std::string early;
+            try {
+                early = receive_line();
+            } catch (const ControlError&) {
+                // Nothing readable either: the send failure is the better message.
+            }
+            if (early.empty()) throw;
+            line = early;
+        }
         Reply reply;
         try {
             reply = parse_reply(line);

@@ -1,0 +1,446 @@
+#include "control_server.hpp"
+
+#include "log.hpp"
+#include "reaper/control.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace reaperd {
+
+namespace control = reaper::control;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string errno_text(int code) { return std::strerror(code); }
+
+[[noreturn]] void fail(const std::string& path, const std::string& what, int code) {
+    throw std::runtime_error("control socket " + path + ": " + what + ": " + errno_text(code));
+}
+
+sockaddr_un unix_address(const std::string& path) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    if (path.empty()) throw std::runtime_error("control.socket: the path is empty");
+    if (path.size() >= sizeof address.sun_path) {
+        throw std::runtime_error("control.socket: " + path + " is " + std::to_string(path.size()) +
+                                 " bytes; a unix socket path holds at most " +
+                                 std::to_string(sizeof address.sun_path - 1));
+    }
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    return address;
+}
+
+// A socket file left by a daemon that died can be removed; one that answers belongs to a
+// live daemon, and anything else is not ours to delete.
+void remove_stale_socket(const std::string& path, const sockaddr_un& address) {
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) {
+        if (errno == ENOENT) return;
+        fail(path, "stat", errno);
+    }
+    if (!S_ISSOCK(info.st_mode)) {
+        throw std::runtime_error("control socket " + path +
+                                 ": the path exists and is not a socket; not removing it");
+    }
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) fail(path, "socket", errno);
+    const int rc = ::connect(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+    const int code = errno;
+    ::close(probe);
+    if (rc == 0) {
+        throw std::runtime_error("control socket " + path +
+                                 ": another process is listening on it (is reaperd already running?)");
+    }
+    if (code != ECONNREFUSED) fail(path, "probing the existing socket", code);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail(path, "removing the stale socket", errno);
+}
+
+gid_t resolve_group(const std::string& group) {
+    std::vector<char> buffer(4096);
+    for (;;) {
+        struct group entry {};
+        struct group* found = nullptr;
+        const int rc = ::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
+        if (rc == ERANGE && buffer.size() < (1u << 20)) {
+            buffer.resize(buffer.size() * 2);
+            continue;
+        }
+        if (rc != 0) {
+            throw std::runtime_error("control.group: looking up group \"" + group +
+                                     "\": " + errno_text(rc));
+        }
+        if (found != nullptr) return found->gr_gid;
+        break;
+    }
+    if (!group.empty() && std::all_of(group.begin(), group.end(), [](char c) {
+            return c >= '0' && c <= '9';
+        }) && group.size() < 10) {
+        return static_cast<gid_t>(std::stoul(group));
+    }
+    throw std::runtime_error("control.group: no such group \"" + group + "\"");
+}
+
+struct Connection {
+    std::uint64_t id = 0;
+    std::string input;
+    std::string output;
+    std::size_t output_sent = 0;
+    std::string lease_session;  // non-empty once this connection holds a lease
+    bool closing = false;       // close once output is flushed; read nothing more
+    Clock::time_point last_activity;
+};
+
+}  // namespace
+
+struct ControlServer::Impl {
+    Impl(const ControlConfig& config, ControlHandler& handler, ControlServerLimits limits)
+        : path(config.socket), handler(handler), limits(limits) {
+        const auto address = unix_address(path);
+        const auto parent = std::filesystem::path(path).parent_path();
+        if (!parent.empty()) {
+            std::error_code error;
+            std::filesystem::create_directories(parent, error);
+            if (error) {
+                throw std::runtime_error("control socket " + path + ": creating " +
+                                         parent.string() + ": " + error.message());
+            }
+        }
+        remove_stale_socket(path, address);
+        listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (listener < 0) fail(path, "socket", errno);
+        try {
+            if (::bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+                fail(path, "bind", errno);
+            }
+            struct stat info {};
+            if (::stat(path.c_str(), &info) != 0) fail(path, "stat after bind", errno);
+            bound_device = info.st_dev;
+            bound_inode = info.st_ino;
+            // Before listen(): nobody can connect while the mode is still the umask's.
+            if (::chmod(path.c_str(), 0660) != 0) fail(path, "chmod 0660", errno);
+            if (!config.group.empty()) {
+                const gid_t gid = resolve_group(config.group);
+                if (::chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
+                    fail(path, "chgrp " + config.group, errno);
+                }
+            }
+            if (::listen(listener, 512) != 0) fail(path, "listen", errno);
+            wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+            if (wake < 0) fail(path, "eventfd", errno);
+        } catch (...) {
+            close_everything();
+            throw;
+        }
+    }
+
+    ~Impl() { stop(); }
+
+    void start() {
+        if (thread.joinable() || stopped) throw std::logic_error("ControlServer::start called twice");
+        thread = std::thread([this] {
+            // Signals belong to the daemon's main thread.
+            sigset_t all;
+            sigfillset(&all);
+            pthread_sigmask(SIG_BLOCK, &all, nullptr);
+            serve();
+        });
+    }
+
+    void stop() {
+        if (stopped.exchange(true)) return;
+        if (thread.joinable()) {
+            const std::uint64_t one = 1;
+            [[maybe_unused]] const auto n = ::write(wake, &one, sizeof one);
+            thread.join();
+        }
+        close_everything();
+    }
+
+    void close_everything() {
+        for (auto& [fd, connection] : connections) ::close(fd);
+        connections.clear();
+        connection_total = 0;
+        if (listener >= 0) {
+            ::close(listener);
+            listener = -1;
+            struct stat info {};
+            if (::stat(path.c_str(), &info) == 0 && info.st_dev == bound_device &&
+                info.st_ino == bound_inode) {
+                ::unlink(path.c_str());
+            }
+        }
+        if (wake >= 0) {
+            ::close(wake);
+            wake = -1;
+        }
+    }
+
+    void serve() {
+        std::vector<pollfd> fds;
+        std::vector<int> closing_now;
+        while (!stopped) {
+            const auto now = Clock::now();
+            fds.clear();
+            fds.push_back({wake, POLLIN, 0});
+            const bool accepting = now >= accept_paused_until;
+            fds.push_back({accepting ? listener : -1, POLLIN, 0});
+            auto next_deadline = Clock::time_point::max();
+            for (auto& [fd, connection] : connections) {
+                short events = 0;
+                if (!connection.closing) events |= POLLIN;
+                if (connection.output_sent < connection.output.size()) events |= POLLOUT;
+                fds.push_back({fd, events, 0});
+                if (connection.lease_session.empty() || connection.closing) {
+                    next_deadline = std::min(next_deadline, connection.last_activity + limits.idle_timeout);
+                }
+            }
+            if (!accepting) next_deadline = std::min(next_deadline, accept_paused_until);
+            int timeout_ms = -1;
+            if (next_deadline != Clock::time_point::max()) {
+                const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now);
+                timeout_ms = static_cast<int>(std::clamp<long long>(wait.count(), 0, 60'000));
+            }
+            const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+            if (ready < 0) {
+                if (errno == EINTR) continue;
+                log(Priority::err, "control server: poll failed: " + errno_text(errno));
+                std::this_thread::sleep_for(std::chrono::milliseconds{100});
+                continue;
+            }
+            if (fds[0].revents != 0 || stopped) break;
+            if (fds[1].revents & POLLIN) accept_all();
+            for (std::size_t i = 2; i < fds.size(); ++i) {
+                if (fds[i].revents == 0) continue;
+                const auto found = connections.find(fds[i].fd);
+                if (found == connections.end()) continue;
+                if (!service(found->first, found->second, fds[i].revents)) {
+                    closing_now.push_back(found->first);
+                }
+            }
+            const auto after = Clock::now();
+            for (auto& [fd, connection] : connections) {
+                const bool done = connection.closing && connection.output_sent >= connection.output.size();
+                const bool idle = (connection.lease_session.empty() || connection.closing) &&
+                                  after - connection.last_activity >= limits.idle_timeout;
+                if (done || idle) closing_now.push_back(fd);
+            }
+            std::sort(closing_now.begin(), closing_now.end());
+            closing_now.erase(std::unique(closing_now.begin(), closing_now.end()), closing_now.end());
+            for (int fd : closing_now) close_connection(fd);
+            closing_now.clear();
+        }
+    }
+
+    void accept_all() {
+        for (;;) {
+            const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) {
+                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                    // The pending connection stays in the backlog; polling the listener now
+                    // would spin, so wait a little for descriptors to come back.
+                    log(Priority::warning, "control server: cannot accept a connection: " +
+                                               errno_text(errno) + "; pausing for 100 ms");
+                    accept_paused_until = Clock::now() + std::chrono::milliseconds{100};
+                }
+                return;  // EAGAIN (drained), ECONNABORTED, EINTR: poll again
+            }
+            if (connections.size() >= limits.max_connections) {
+                const auto reply = control::encode_error(
+                    "too many connections (" + std::to_string(limits.max_connections) + ")");
+                [[maybe_unused]] const auto n =
+                    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+                ::close(fd);
+                continue;
+            }
+            Connection connection;
+            connection.id = ++last_connection_id;
+            connection.last_activity = Clock::now();
+            connections.emplace(fd, std::move(connection));
+            ++connection_total;
+        }
+    }
+
+    // Reads, answers and writes what it can. False when the connection is finished now.
+    bool service(int fd, Connection& connection, short revents) {
+        if (revents & POLLNVAL) return false;
+        if ((revents & (POLLIN | POLLHUP | POLLERR)) && !connection.closing) {
+            if (!read_requests(fd, connection)) return false;
+        } else if ((revents & (POLLHUP | POLLERR)) && connection.closing) {
+            return false;
+        }
+        if (connection.output_sent < connection.output.size()) return flush(fd, connection);
+        return true;
+    }
+
+    bool read_requests(int fd, Connection& connection) {
+        char buffer[16 * 1024];
+        // Bounded per wake-up so one chatty client cannot starve the others.
+        for (int round = 0; round < 8 && !connection.closing; ++round) {
+            const auto n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+            if (n == 0) return false;
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
+                return false;
+            }
+            connection.last_activity = Clock::now();
+            connection.input.append(buffer, static_cast<std::size_t>(n));
+            handle_lines(connection);
+        }
+        return true;
+    }
+
+    void handle_lines(Connection& connection) {
+        std::size_t start = 0;
+        while (!connection.closing) {
+            const auto end = connection.input.find('\n', start);
+            if (end == std::string::npos) break;
+            handle_request(connection, std::string_view(connection.input).substr(start, end - start));
+            start = end + 1;
+        }
+        connection.input.erase(0, start);
+        if (connection.closing) {
+            connection.input.clear();
+            return;
+        }
+        if (!connection.lease_session.empty() && !connection.input.empty()) {
+            reject(connection, "lease connections take no further requests");
+        } else if (connection.input.size() > control::max_message_bytes + 1) {
+            reject(connection, "request exceeds " + std::to_string(control::max_message_bytes) +
+                                   " bytes without a newline");
+        }
+    }
+
+    void handle_request(Connection& connection, std::string_view line) {
+        if (!connection.lease_session.empty()) {
+            reject(connection, "lease connections take no further requests");
+            return;
+        }
+        control::Request request;
+        try {
+            request = control::parse_request(line);
+        } catch (const control::ProtocolViolation& e) {
+            reject(connection, e.what());
+            return;
+        }
+        try {
+            switch (request.op) {
+            case control::Op::Lease:
+                handler.lease_opened(request.session, connection.id);
+                connection.lease_session = request.session;
+                connection.output += control::encode_ok();
+                break;
+            case control::Op::End:
+                handler.end_session(request.session);
+                connection.output += control::encode_ok();
+                break;
+            case control::Op::Orphan:
+                handler.orphan_reported(request.container, request.session);
+                connection.output += control::encode_ok();
+                break;
+            case control::Op::Status:
+                connection.output += control::encode_status_reply(handler.status_json());
+                break;
+            case control::Op::Metrics:
+                connection.output += control::encode_metrics_reply(handler.metrics_text());
+                break;
+            }
+        } catch (const std::exception& e) {
+            log(Priority::warning, std::string("control server: ") + control::to_string(request.op) +
+                                       " failed: " + e.what());
+            connection.output += control::encode_error(std::string(control::to_string(request.op)) +
+                                                       " failed: " + e.what());
+        }
+    }
+
+    void reject(Connection& connection, const std::string& problem) {
+        log(Priority::info, "control server: closing connection " + std::to_string(connection.id) +
+                                ": " + problem);
+        connection.output += control::encode_error(problem);
+        connection.closing = true;
+    }
+
+    bool flush(int fd, Connection& connection) {
+        while (connection.output_sent < connection.output.size()) {
+            const auto n = ::send(fd, connection.output.data() + connection.output_sent,
+                                  connection.output.size() - connection.output_sent,
+                                  MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
+                return false;
+            }
+            connection.output_sent += static_cast<std::size_t>(n);
+            connection.last_activity = Clock::now();
+        }
+        connection.output.clear();
+        connection.output_sent = 0;
+        return true;
+    }
+
+    void close_connection(int fd) {
+        const auto found = connections.find(fd);
+        if (found == connections.end()) return;
+        const auto session = std::move(found->second.lease_session);
+        const auto id = found->second.id;
+        connections.erase(found);
+        ::close(fd);
+        --connection_total;
+        if (!session.empty()) {
+            try {
+                handler.lease_closed(session, id);
+            } catch (const std::exception& e) {
+                log(Priority::err, "control server: lease_closed(" + session + ") failed: " + e.what());
+            }
+        }
+    }
+
+    std::string path;
+    ControlHandler& handler;
+    ControlServerLimits limits;
+    int listener = -1;
+    int wake = -1;
+    dev_t bound_device = 0;
+    ino_t bound_inode = 0;
+    std::thread thread;
+    std::atomic<bool> stopped{false};
+    std::unordered_map<int, Connection> connections;  // only the server thread touches it
+    std::atomic<std::size_t> connection_total{0};
+    std::uint64_t last_connection_id = 0;
+    Clock::time_point accept_paused_until{};
+};
+
+ControlServer::ControlServer(const ControlConfig& config, ControlHandler& handler,
+                             ControlServerLimits limits)
+    : impl_(std::make_unique<Impl>(config, handler, limits)) {}
+
+ControlServer::~ControlServer() { stop(); }
+
+void ControlServer::start() { impl_->start(); }
+
+void ControlServer::stop() { impl_->stop(); }
+
+const std::string& ControlServer::socket_path() const noexcept { return impl_->path; }
+
+std::size_t ControlServer::connection_count() const noexcept { return impl_->connection_total; }
+
+}  // namespace reaperd

@@ -1,0 +1,450 @@
+#include "control_server.hpp"
+
+#include "reaper/control.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <grp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace control = reaper::control;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Event {
+    std::string kind;  // opened, closed, end, orphan
+    std::string a;
+    std::string b;
+    std::uint64_t connection = 0;
+};
+
+class RecordingHandler : public reaperd::ControlHandler {
+public:
+    void lease_opened(const std::string& session, std::uint64_t id) override {
+        if (session == "refuse-me") throw std::runtime_error("leases for refuse-me are refused");
+        record({"opened", session, "", id});
+    }
+    void lease_closed(const std::string& session, std::uint64_t id) override {
+        record({"closed", session, "", id});
+    }
+    void end_session(const std::string& session) override {
+        if (session == "explode") throw std::runtime_error("the daemon is unwell");
+        record({"end", session, "", 0});
+    }
+    void orphan_reported(const std::string& container, const std::string& session) override {
+        record({"orphan", container, session, 0});
+    }
+    std::string status_json() override { return "{\n  \"sessions\": [{\"id\": \"s1\", \"state\": \"leased\"}]\n}"; }
+    std::string metrics_text() override { return "# TYPE reaperd_up gauge\nreaperd_up 1\n"; }
+
+    std::vector<Event> events() {
+        std::lock_guard lock(mutex_);
+        return events_;
+    }
+    std::size_t count(const std::string& kind) {
+        std::lock_guard lock(mutex_);
+        return static_cast<std::size_t>(std::count_if(
+            events_.begin(), events_.end(), [&](const Event& e) { return e.kind == kind; }));
+    }
+    // Waits (generously) until `predicate` holds over the events.
+    bool wait_for(const std::function<bool()>& predicate, std::chrono::seconds limit = 30s) {
+        std::unique_lock lock(mutex_);
+        return changed_.wait_for(lock, limit, [&] {
+            lock.unlock();
+            const bool ok = predicate();
+            lock.lock();
+            return ok;
+        });
+    }
+
+private:
+    void record(Event event) {
+        {
+            std::lock_guard lock(mutex_);
+            events_.push_back(std::move(event));
+        }
+        changed_.notify_all();
+    }
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::vector<Event> events_;
+};
+
+std::string make_temp_dir() {
+    char dir_template[] = "/tmp/reaper-control-server-test.XXXXXX";
+    return ::mkdtemp(dir_template);
+}
+
+struct Fixture {
+    Fixture(reaperd::ControlServerLimits limits = {}) : dir(make_temp_dir()) {
+        config.socket = dir + "/run/control.sock";
+        server = std::make_unique<reaperd::ControlServer>(config, handler, limits);
+        server->start();
+    }
+    ~Fixture() {
+        server.reset();
+        std::filesystem::remove_all(dir);
+    }
+    std::string dir;
+    reaperd::ControlConfig config;
+    RecordingHandler handler;
+    std::unique_ptr<reaperd::ControlServer> server;
+};
+
+int connect_raw(const std::string& path) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strcpy(address.sun_path, path.c_str());
+    BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    timeval timeout{30, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    return fd;
+}
+
+void send_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        const auto n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+        if (n <= 0) return;  // the server may close early on garbage; that is allowed
+        data.remove_prefix(static_cast<std::size_t>(n));
+    }
+}
+
+// Everything the server sends until it closes the connection (or 30 s pass).
+std::string read_until_eof(int fd) {
+    std::string all;
+    char buffer[4096];
+    for (;;) {
+        const auto n = ::recv(fd, buffer, sizeof buffer, 0);
+        if (n <= 0) break;
+        all.append(buffer, static_cast<std::size_t>(n));
+    }
+    return all;
+}
+
+std::string read_line(int fd) {
+    std::string line;
+    char c;
+    while (::recv(fd, &c, 1, 0) == 1 && c != '\n') line += c;
+    return line;
+}
+
+std::size_t open_fd_count() {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(lease_open_and_close_reach_the_handler) {
+    Fixture f;
+    control::ControlClient client(f.config.socket);
+    auto lease = client.lease("s1");
+    auto events = f.handler.events();
+    BOOST_REQUIRE(events.size() == 1u);
+    BOOST_TEST(events[0].kind == "opened");
+    BOOST_TEST(events[0].a == "s1");
+    const auto id = events[0].connection;
+    BOOST_TEST(lease->alive());
+    lease->release();
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 1; }));
+    events = f.handler.events();
+    BOOST_TEST(events[1].a == "s1");
+    BOOST_TEST(events[1].connection == id);
+
+    auto second = client.lease("s1");
+    BOOST_TEST(f.handler.events()[2].connection != id);
+}
+
+BOOST_AUTO_TEST_CASE(end_orphan_status_and_metrics_dispatch) {
+    Fixture f;
+    control::ControlClient client(f.config.socket);
+    client.end("s1");
+    client.report_orphan("c1", "s2");
+    client.report_orphan("c2", "");
+    const auto events = f.handler.events();
+    BOOST_REQUIRE(events.size() == 3u);
+    BOOST_TEST(events[0].kind == "end");
+    BOOST_TEST(events[0].a == "s1");
+    BOOST_TEST(events[1].kind == "orphan");
+    BOOST_TEST(events[1].a == "c1");
+    BOOST_TEST(events[1].b == "s2");
+    BOOST_TEST(events[2].b == "");
+    BOOST_TEST(client.status_json() == R"({"sessions":[{"id":"s1","state":"leased"}]})");
+    BOOST_TEST(client.metrics_text() == "# TYPE reaperd_up gauge\nreaperd_up 1\n");
+}
+
+BOOST_AUTO_TEST_CASE(several_requests_share_one_plain_connection) {
+    Fixture f;
+    const int fd = connect_raw(f.config.socket);
+    send_all(fd, "{\"op\":\"end\",\"session\":\"a\"}\n{\"op\":\"status\"}\r\n");
+    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    BOOST_TEST(read_line(fd).find("\"status\"") != std::string::npos);
+    send_all(fd, "{\"op\":\"end\",\"session\":\"b\"}\n");
+    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    ::close(fd);
+    BOOST_TEST(f.handler.count("end") == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(handler_failures_become_error_replies) {
+    Fixture f;
+    control::ControlClient client(f.config.socket);
+    try {
+        client.end("explode");
+        BOOST_FAIL("no error reply");
+    } catch (const control::ErrorReply& e) {
+        BOOST_TEST(std::string(e.what()).find("the daemon is unwell") != std::string::npos, e.what());
+    }
+    BOOST_CHECK_THROW(client.lease("refuse-me"), control::ErrorReply);
+    BOOST_TEST(f.handler.count("closed") == 0u);  // a refused lease was never a lease
+    client.end("fine");
+    BOOST_TEST(f.handler.count("end") == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_requests_get_an_error_reply_and_the_connection_closes) {
+    Fixture f;
+    struct Case {
+        std::string name;
+        std::string bytes;
+        std::string expected_fragment;
+    };
+    const std::vector<Case> cases{
+        {"not json", "hello\n", "not a JSON object"},
+        {"broken json", "{\"op\":\n", "not valid JSON"},
+        {"unknown op", "{\"op\":\"reap-everything\"}\n", "unknown op"},
+        {"missing session", "{\"op\":\"lease\"}\n", "needs a \"session\""},
+        {"wrong type", "{\"op\":\"end\",\"session\":1}\n", "must be a string"},
+        {"extra field", "{\"op\":\"status\",\"all\":true}\n", "unexpected field"},
+        {"bad session id", "{\"op\":\"lease\",\"session\":\"a b\"}\n", "has a space"},
+        {"binary", std::string("\x00\xff\x13\x37\n", 5), "not valid UTF-8"},
+        {"non-utf8 string", "{\"op\":\"lease\",\"session\":\"\xc3\x28\"}\n", "not valid UTF-8"},
+        {"empty line", "\n", "empty request"},
+        {"oversized line", std::string(control::max_message_bytes + 10, 'x') + "\n", "the limit is 65536"},
+        {"oversized without newline", std::string(200 * 1024, '{'), "exceeds 65536"},
+        {"request after a lease", "{\"op\":\"lease\",\"session\":\"L\"}\n{\"op\":\"status\"}\n",
+         "lease connections take no further requests"},
+        {"bytes after a lease", "{\"op\":\"lease\",\"session\":\"L2\"}\nx", "lease connections take no further requests"},
+    };
+    for (const auto& c : cases) {
+        BOOST_TEST_CONTEXT(c.name) {
+            const int fd = connect_raw(f.config.socket);
+            send_all(fd, c.bytes);
+            const auto received = read_until_eof(fd);
+            ::close(fd);
+            const auto last_line_start = received.rfind('\n', received.size() - 2);
+            const auto last = received.substr(last_line_start == std::string::npos ? 0 : last_line_start + 1);
+            const auto reply = control::parse_reply(std::string_view(last).substr(0, last.size() - 1));
+            BOOST_TEST(!reply.ok);
+            BOOST_TEST(reply.error.find(c.expected_fragment) != std::string::npos, reply.error);
+        }
+    }
+    // The leases taken before the bad request ended when their connections were closed.
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 2; }));
+    BOOST_TEST(f.handler.count("opened") == 2u);
+    // And the server carries on.
+    control::ControlClient client(f.config.socket);
+    BOOST_TEST(client.status_json().find("sessions") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(garbage_never_stops_the_server) {
+    Fixture f;
+    std::vector<std::string> garbage{
+        "{\"op\":\"lea",                              // half a line, then close
+        std::string(1024, '\0'),                      // NULs, no newline
+        std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16),  // binary with newlines
+        "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    };
+    for (int i = 0; i < 50; ++i) {
+        for (const auto& bytes : garbage) {
+            const int fd = connect_raw(f.config.socket);
+            send_all(fd, bytes);
+            ::close(fd);  // without reading the reply
+        }
+    }
+    control::ControlClient client(f.config.socket);
+    client.end("still-here");
+    BOOST_TEST(f.handler.count("end") == 1u);
+    BOOST_TEST(f.handler.count("opened") == 0u);
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.server->connection_count() == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(idle_half_lines_are_closed_after_the_timeout) {
+    reaperd::ControlServerLimits limits;
+    limits.idle_timeout = 200ms;
+    Fixture f(limits);
+    const int fd = connect_raw(f.config.socket);
+    send_all(fd, "{\"op\":");
+    const auto start = std::chrono::steady_clock::now();
+    BOOST_TEST(read_until_eof(fd).empty());
+    BOOST_TEST((std::chrono::steady_clock::now() - start < 20s));
+    ::close(fd);
+
+    // A lease is never idle.
+    control::ControlClient client(f.config.socket);
+    auto lease = client.lease("long");
+    std::this_thread::sleep_for(600ms);
+    BOOST_TEST(lease->alive());
+    BOOST_TEST(f.handler.count("closed") == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(connections_beyond_the_limit_are_refused) {
+    reaperd::ControlServerLimits limits;
+    limits.max_connections = 3;
+    Fixture f(limits);
+    control::ControlClient client(f.config.socket);
+    auto a = client.lease("a");
+    auto b = client.lease("b");
+    auto c = client.lease("c");
+    try {
+        client.lease("d");
+        BOOST_FAIL("fourth connection accepted");
+    } catch (const control::ErrorReply& e) {
+        BOOST_TEST(std::string(e.what()).find("too many connections") != std::string::npos, e.what());
+    }
+    a->release();
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 1; }));
+    auto d = client.lease("d");
+    BOOST_TEST(d->alive());
+}
+
+BOOST_AUTO_TEST_CASE(a_thousand_lease_cycles_leave_the_fd_count_at_baseline) {
+    Fixture f;
+    control::ControlClient client(f.config.socket);
+    client.end("warm-up");
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.server->connection_count() == 0; }));
+    const auto baseline = open_fd_count();
+    for (int i = 0; i < 1000; ++i) {
+        auto lease = client.lease("cycle-" + std::to_string(i % 10));
+    }
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 1000; }));
+    BOOST_TEST(f.handler.count("opened") == 1000u);
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.server->connection_count() == 0; }));
+    BOOST_TEST(open_fd_count() == baseline);
+}
+
+BOOST_AUTO_TEST_CASE(two_hundred_concurrent_leases) {
+    Fixture f;
+    std::vector<std::unique_ptr<control::Lease>> leases(200);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            control::ControlClient client(f.config.socket, 30s);
+            for (std::size_t i = static_cast<std::size_t>(t); i < leases.size(); i += 8) {
+                leases[i] = client.lease("s" + std::to_string(i));
+            }
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    BOOST_TEST(f.handler.count("opened") == 200u);
+    BOOST_TEST(f.server->connection_count() == 200u);
+    // Status still answers while 200 leases are open.
+    BOOST_TEST(control::ControlClient(f.config.socket).status_json().find("sessions") != std::string::npos);
+    for (const auto& lease : leases) BOOST_TEST(lease->alive());
+    leases.clear();
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 200; }));
+}
+
+BOOST_AUTO_TEST_CASE(stop_closes_leases_without_ending_them) {
+    Fixture f;
+    control::ControlClient client(f.config.socket);
+    auto lease = client.lease("survivor");
+    f.server->stop();
+    f.server->stop();
+    BOOST_TEST(f.handler.count("closed") == 0u);
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (lease->alive() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    BOOST_TEST(!lease->alive());
+    BOOST_TEST(!std::filesystem::exists(f.config.socket));
+    BOOST_CHECK_THROW(client.end("x"), control::DaemonUnreachable);
+}
+
+BOOST_AUTO_TEST_CASE(socket_file_mode_group_and_stale_handling) {
+    const auto dir = make_temp_dir();
+    RecordingHandler handler;
+    reaperd::ControlConfig config;
+    config.socket = dir + "/control.sock";
+    {
+        const group* own = ::getgrgid(::getgid());
+        BOOST_REQUIRE(own != nullptr);
+        config.group = own->gr_name;
+        reaperd::ControlServer server(config, handler);
+        struct stat info {};
+        BOOST_REQUIRE(::stat(config.socket.c_str(), &info) == 0);
+        BOOST_TEST(S_ISSOCK(info.st_mode));
+        BOOST_TEST((info.st_mode & 07777) == 0660u);
+        BOOST_TEST(info.st_gid == ::getgid());
+        server.start();
+
+        // A second server must not steal a live socket.
+        try {
+            reaperd::ControlServer second(config, handler);
+            BOOST_FAIL("bound over a live socket");
+        } catch (const std::runtime_error& e) {
+            BOOST_TEST(std::string(e.what()).find("another process is listening") != std::string::npos, e.what());
+        }
+        control::ControlClient(config.socket).end("still-served");
+    }
+    BOOST_TEST(handler.count("end") == 1u);
+
+    // A stale socket file (nobody listening) is replaced.
+    {
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        std::strcpy(address.sun_path, config.socket.c_str());
+        BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+        ::close(fd);
+        config.group = std::to_string(::getgid());
+        reaperd::ControlServer server(config, handler);
+        server.start();
+        control::ControlClient(config.socket).end("after-stale");
+    }
+
+    // Something that is not a socket is never removed.
+    std::ofstream(config.socket) << "precious";
+    try {
+        reaperd::ControlServer server(config, handler);
+        BOOST_FAIL("replaced a regular file");
+    } catch (const std::runtime_error& e) {
+        BOOST_TEST(std::string(e.what()).find("is not a socket") != std::string::npos, e.what());
+    }
+    BOOST_TEST(std::filesystem::is_regular_file(config.socket));
+    std::filesystem::remove(config.socket);
+
+    config.group = "no-such-group-reaperd-test";
+    try {
+        reaperd::ControlServer server(config, handler);
+        BOOST_FAIL("unknown group accepted");
+    } catch (const std::runtime_error& e) {
+        BOOST_TEST(std::string(e.what()).find("no such group \"no-such-group-reaperd-test\"") != std::string::npos, e.what());
+    }
+
+    config.group.clear();
+    config.socket = dir + "/" + std::string(120, 'x');
+    try {
+        reaperd::ControlServer server(config, handler);
+        BOOST_FAIL("overlong path accepted");
+    } catch (const std::runtime_error& e) {
+        BOOST_TEST(std::string(e.what()).find("at most") != std::string::npos, e.what());
+    }
+    std::filesystem::remove_all(dir);
+}
