@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs every test, on a fresh Debian 12 machine as root: installs what is missing, builds,
+# and runs the whole CTest suite. Each integration test process starts its own private
+# dockerd (tests/harness/engine-guard) and stops it by pid, also when a test fails or dies.
+#
+#   scripts/test.sh              the normal build (build/)
+#   scripts/test.sh --sanitize   the ASan+UBSan build (build-asan/)
+#   scripts/test.sh --tsan       the ThreadSanitizer build (build-tsan/), threaded tests only
+#   extra arguments after -- go to ctest, e.g. scripts/test.sh -- -R session
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build
+cmake_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+ctest_flags=()
+while (($#)); do
+  case "$1" in
+    --sanitize) build=build-asan; cmake_flags+=(-DREAPER_SANITIZE=ON) ;;
+    --tsan) build=build-tsan; cmake_flags+=(-DREAPER_TSAN=ON) ;;
+    --) shift; ctest_flags+=("$@"); break ;;
+    *) echo "usage: $0 [--sanitize|--tsan] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+  esac
+  shift
+done
+
+scripts/deps.sh
+cmake -S . -B "$build" "${cmake_flags[@]}" >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+# LeakSanitizer reports leaks at exit; detect_leaks is on by default with ASan on Linux.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+status=0
+ctest --test-dir "$build" --output-on-failure -j2 "${ctest_flags[@]}" || status=$?
+
+# A test that leaves an engine behind is a bug in the test: say so and fail.
+left=$(pgrep -af -- '--data-root /tmp/reaper-engine\.' || true)
+if [ -n "$left" ]; then
+  echo "test.sh: engines left running by the tests:" >&2
+  echo "$left" >&2
+  status=1
+fi
+exit "$status"
