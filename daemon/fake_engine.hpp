@@ -1,0 +1,259 @@
+// A scripted, in-memory Engine for the daemon's unit tests: containers live in a map,
+// faults are queued per call and container (409, 500, removal in progress, timeout,
+// unreachable), and event streams are fed by the test (and can be broken). Every
+// destructive call is recorded so tests can assert what was, and was never, touched.
+#pragma once
+
+#include <reaper/engine.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace reaperd::test {
+
+struct Fault {
+    reaper::EngineErrorKind kind;
+    int status = 0;
+    std::string message;
+};
+
+inline Fault conflict_running() {
+    return {reaper::EngineErrorKind::Conflict, 409,
+            "You cannot remove a running container. Stop the container before attempting "
+            "removal or force remove"};
+}
+inline Fault removal_in_progress() {
+    return {reaper::EngineErrorKind::Conflict, 409,
+            "removal of container abc is already in progress"};
+}
+inline Fault server_error() {
+    return {reaper::EngineErrorKind::Server, 500, "driver failed to remove root filesystem"};
+}
+inline Fault timeout() { return {reaper::EngineErrorKind::Timeout, 0, ""}; }
+inline Fault unreachable() { return {reaper::EngineErrorKind::Unreachable, 0, ""}; }
+
+class FakeEngine final : public reaper::Engine {
+public:
+    class Stream final : public reaper::EventStream {
+    public:
+        explicit Stream(FakeEngine& engine) : engine_(engine) {}  // caller holds the lock
+        ~Stream() override {
+            std::lock_guard lock(engine_.mutex_);
+            engine_.streams_.erase(this);
+        }
+        std::optional<reaper::Event> next() override {
+            std::unique_lock lock(engine_.mutex_);
+            engine_.changed_.wait(lock, [&] {
+                return cancelled_ || broken_ || engine_.closed_ || !queue_.empty();
+            });
+            if (broken_) {
+                broken_ = false;
+                cancelled_ = true;
+                throw reaper::Unreachable(0, "", "events stream broke");
+            }
+            if (cancelled_ || engine_.closed_) return std::nullopt;
+            auto event = queue_.front();
+            queue_.pop_front();
+            return event;
+        }
+        void cancel() noexcept override {
+            std::lock_guard lock(engine_.mutex_);
+            cancelled_ = true;
+            engine_.changed_.notify_all();
+        }
+
+    private:
+        friend class FakeEngine;
+        FakeEngine& engine_;
+        std::deque<reaper::Event> queue_;
+        bool cancelled_ = false;
+        bool broken_ = false;
+    };
+
+    ~FakeEngine() override { close(); }
+
+    // ---- scripting -------------------------------------------------------------------
+    // Adds a container and sends its create event to open streams.
+    void add(const std::string& id, reaper::Labels labels, const std::string& status = "running",
+             const std::string& created = "2026-01-01T00:00:00Z") {
+        std::lock_guard lock(mutex_);
+        reaper::ContainerInfo info;
+        info.id = id;
+        info.name = "name-" + id;
+        info.created = created;
+        info.labels = std::move(labels);
+        info.state.status = status;
+        info.state.running = status == "running";
+        containers_[id] = info;
+        broadcast({"container", "create", id, {}, 0});
+    }
+    // Adds a container the event streams never hear about (it shows up only in a list).
+    void add_silently(const std::string& id, reaper::Labels labels) {
+        std::lock_guard lock(mutex_);
+        reaper::ContainerInfo info;
+        info.id = id;
+        info.name = "name-" + id;
+        info.created = "2026-01-01T00:00:00Z";
+        info.labels = std::move(labels);
+        info.state.status = "running";
+        containers_[id] = info;
+    }
+    void drop(const std::string& id) {
+        std::lock_guard lock(mutex_);
+        containers_.erase(id);
+        broadcast({"container", "destroy", id, {}, 0});
+    }
+    // The next calls of `op` ("inspect", "remove", "list", "events", "ping") on `id` ("" =
+    // any) fail with these faults, in order.
+    void fail(const std::string& op, const std::string& id, std::vector<Fault> faults) {
+        std::lock_guard lock(mutex_);
+        auto& queue = faults_[op + "/" + id];
+        for (auto& f : faults) queue.push_back(std::move(f));
+    }
+    // While down, every call fails Unreachable and open streams break.
+    void set_down(bool down) {
+        std::lock_guard lock(mutex_);
+        down_ = down;
+        if (down)
+            for (auto* s : streams_) s->broken_ = true;
+        changed_.notify_all();
+    }
+    void break_streams() {
+        std::lock_guard lock(mutex_);
+        for (auto* s : streams_) s->broken_ = true;
+        changed_.notify_all();
+    }
+
+    bool exists(const std::string& id) const {
+        std::lock_guard lock(mutex_);
+        return containers_.count(id) > 0;
+    }
+    std::vector<std::string> removed() const {
+        std::lock_guard lock(mutex_);
+        return removed_;
+    }
+    // Every destructive call (remove/stop/kill) ever made, by id, successful or not.
+    std::vector<std::string> destructive_calls() const {
+        std::lock_guard lock(mutex_);
+        return destructive_calls_;
+    }
+    int calls(const std::string& op) const {
+        std::lock_guard lock(mutex_);
+        auto it = call_counts_.find(op);
+        return it == call_counts_.end() ? 0 : it->second;
+    }
+    std::size_t open_streams() const {
+        std::lock_guard lock(mutex_);
+        return streams_.size();
+    }
+
+    // ---- Engine ----------------------------------------------------------------------
+    void ping() override { check("ping", ""); }
+    reaper::VersionInfo version() override {
+        check("version", "");
+        return {"20.10.24", "1.41", "1.12", "linux", "amd64"};
+    }
+    std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions&) override {
+        std::lock_guard lock(mutex_);
+        check_locked("list", "");
+        std::vector<reaper::ContainerSummary> out;
+        for (const auto& [id, info] : containers_) {
+            reaper::ContainerSummary s;
+            s.id = id;
+            s.names = {info.name};
+            s.labels = info.labels;
+            s.state = info.state.status;
+            out.push_back(s);
+        }
+        return out;
+    }
+    reaper::ContainerInfo inspect(const std::string& id) override {
+        std::lock_guard lock(mutex_);
+        check_locked("inspect", id);
+        auto it = containers_.find(id);
+        if (it == containers_.end()) throw reaper::NotFound(404, "No such container: " + id, id);
+        return it->second;
+    }
+    std::string create(const reaper::ContainerSpec&) override {
+        throw reaper::BadRequest(400, "not scripted", "create");
+    }
+    void start(const std::string&) override {}
+    void stop(const std::string& id, std::chrono::seconds) override { destructive("stop", id); }
+    void kill(const std::string& id, const std::string&) override { destructive("kill", id); }
+    void remove(const std::string& id, const reaper::RemoveOptions& options) override {
+        std::lock_guard lock(mutex_);
+        destructive_calls_.push_back(id);
+        check_locked("remove", id);
+        auto it = containers_.find(id);
+        if (it == containers_.end()) throw reaper::NotFound(404, "No such container: " + id, id);
+        if (it->second.state.running && !options.force)
+            throw reaper::Conflict(409, conflict_running().message, id);
+        containers_.erase(it);
+        removed_.push_back(id);
+        broadcast({"container", "destroy", id, {}, 0});
+    }
+    int wait(const std::string&, std::chrono::milliseconds) override { return 0; }
+    int exec(const std::string&, const std::vector<std::string>&,
+             std::chrono::milliseconds) override {
+        return 0;
+    }
+    void import_image(std::istream&, const std::string&) override {}
+    std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions&) override {
+        std::lock_guard lock(mutex_);
+        check_locked("events", "");
+        auto stream = std::make_unique<Stream>(*this);
+        streams_.insert(stream.get());
+        return stream;
+    }
+    void close() noexcept override {
+        std::lock_guard lock(mutex_);
+        closed_ = true;
+        changed_.notify_all();
+    }
+
+private:
+    void broadcast(const reaper::Event& event) {
+        for (auto* s : streams_) s->queue_.push_back(event);
+        changed_.notify_all();
+    }
+    void check(const std::string& op, const std::string& id) {
+        std::lock_guard lock(mutex_);
+        check_locked(op, id);
+    }
+    void check_locked(const std::string& op, const std::string& id) {
+        ++call_counts_[op];
+        if (closed_) throw reaper::ClientClosed(0, "", "closed");
+        if (down_) throw reaper::Unreachable(0, "", "engine unreachable");
+        for (const std::string& key : {op + "/" + id, op + "/"}) {
+            auto it = faults_.find(key);
+            if (it == faults_.end() || it->second.empty()) continue;
+            Fault f = it->second.front();
+            it->second.pop_front();
+            reaper::throw_engine_error(f.kind, f.status, f.message, op + " " + id + ": injected");
+        }
+    }
+    void destructive(const std::string& op, const std::string& id) {
+        std::lock_guard lock(mutex_);
+        destructive_calls_.push_back(id);
+        check_locked(op, id);
+    }
+
+    mutable std::mutex mutex_;
+    std::condition_variable changed_;
+    std::map<std::string, reaper::ContainerInfo> containers_;
+    std::map<std::string, std::deque<Fault>> faults_;
+    std::set<Stream*> streams_;
+    std::vector<std::string> removed_;
+    std::vector<std::string> destructive_calls_;
+    std::map<std::string, int> call_counts_;
+    bool down_ = false;
+    bool closed_ = false;
+};
+
+}  // namespace reaperd::test

@@ -1,0 +1,137 @@
+#include "registry.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+using namespace reaperd;
+using namespace std::chrono_literals;
+
+namespace reaperd {
+std::ostream& operator<<(std::ostream& out, SessionState s) { return out << to_string(s); }
+}  // namespace reaperd
+
+namespace {
+const TimePoint t0 = TimePoint{} + std::chrono::hours{24 * 365 * 56};
+
+reaper::ContainerInfo info(const std::string& id, reaper::Labels labels) {
+    reaper::ContainerInfo i;
+    i.id = id;
+    i.name = "n-" + id;
+    i.created = "2026-11-30T13:00:00.5Z";
+    i.labels = std::move(labels);
+    return i;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ownership_needs_one_of_the_configured_label_keys) {
+    struct Case {
+        reaper::Labels labels;
+        std::vector<std::string> keys;
+        std::optional<std::string> session;
+    } cases[] = {
+        {{}, {"reaperd.session"}, std::nullopt},
+        {{{"other", "x"}}, {"reaperd.session"}, std::nullopt},
+        {{{"reaperd.session", "s1"}}, {"reaperd.session"}, "s1"},
+        {{{"reaperd.session", ""}}, {"reaperd.session"}, ""},
+        {{{"org.testcontainers.sessionId", "tc"}}, {"reaperd.session"}, std::nullopt},
+        {{{"org.testcontainers.sessionId", "tc"}},
+         {"reaperd.session", "org.testcontainers.sessionId"},
+         "tc"},
+        {{{"b", "from-b"}, {"a", "from-a"}}, {"a", "b"}, "from-a"},
+        {{{"reaperd.session.x", "s"}}, {"reaperd.session"}, std::nullopt},
+        {{{"reaperd.session", "s"}}, {}, std::nullopt},
+    };
+    for (const auto& c : cases) BOOST_TEST((owning_session(c.labels, c.keys) == c.session));
+}
+
+BOOST_AUTO_TEST_CASE(upsert_derives_session_and_max_age_and_warns_on_a_bad_label) {
+    Registry r;
+    SessionsConfig config;
+    BOOST_TEST(!r.upsert_container(info("a", {{"reaperd.session", "s"}, {"reaperd.max-age", "5m"}}),
+                                   config, t0));
+    BOOST_TEST(*r.containers.at("a").session == "s");
+    BOOST_TEST(r.containers.at("a").max_age->count() == 300000);
+    BOOST_TEST(r.sessions.count("s") == 1);
+    auto warning = r.upsert_container(info("b", {{"reaperd.session", "s"}, {"reaperd.max-age", "soon"}}),
+                                      config, t0);
+    BOOST_REQUIRE(warning);
+    BOOST_TEST(warning->find("soon") != std::string::npos);
+    BOOST_TEST(warning->find("n-b") != std::string::npos);
+    BOOST_TEST(!r.containers.at("b").max_age);
+    r.upsert_container(info("c", {{"x", "y"}}), config, t0);
+    BOOST_TEST(!r.containers.at("c").session);
+    BOOST_TEST(r.tracked_count() == 2);
+    BOOST_TEST(r.containers_of("s") == 2);
+    BOOST_TEST((r.containers.at("a").created == *parse_rfc3339("2026-11-30T13:00:00.5Z")));
+}
+
+BOOST_AUTO_TEST_CASE(rederive_follows_a_change_of_label_keys) {
+    Registry r;
+    SessionsConfig config;
+    r.upsert_container(info("a", {{"tc", "x"}}), config, t0);
+    BOOST_TEST(!r.containers.at("a").session);
+    config.labels.push_back("tc");
+    r.rederive_sessions(config, t0);
+    BOOST_TEST(*r.containers.at("a").session == "x");
+}
+
+BOOST_AUTO_TEST_CASE(session_states_follow_leases_grace_and_end) {
+    Registry r;
+    r.session("s", t0);
+    BOOST_TEST(r.sessions.at("s").state() == SessionState::unclaimed);
+    r.lease_opened("s", 1, t0);
+    r.lease_opened("s", 2, t0);
+    BOOST_TEST(r.sessions.at("s").state() == SessionState::leased);
+    r.lease_closed("s", 1, 10s, t0);
+    BOOST_TEST(r.sessions.at("s").state() == SessionState::leased);
+    r.lease_closed("s", 2, 10s, t0 + 1s);
+    BOOST_TEST(r.sessions.at("s").state() == SessionState::grace);
+    BOOST_TEST((*r.sessions.at("s").grace_deadline == t0 + 11s));
+    r.lease_closed("s", 2, 10s, t0 + 5s);  // unknown connection: no change
+    BOOST_TEST((*r.sessions.at("s").grace_deadline == t0 + 11s));
+    r.lease_opened("s", 3, t0 + 2s);
+    BOOST_TEST(r.sessions.at("s").state() == SessionState::leased);
+    BOOST_TEST(r.end_session("s", "end", t0 + 3s));
+    BOOST_TEST(!r.end_session("s", "end", t0 + 4s));
+    BOOST_TEST(r.sessions.at("s").state() == SessionState::ended);
+    r.lease_closed("s", 3, 10s, t0 + 5s);
+    BOOST_TEST(r.sessions.at("s").state() == SessionState::ended);
+    r.lease_opened("s", 4, t0 + 6s);
+    BOOST_TEST(r.sessions.at("s").state() == SessionState::leased);
+}
+
+BOOST_AUTO_TEST_CASE(persisted_then_restored_gives_leased_sessions_a_fresh_grace) {
+    Registry r;
+    r.lease_opened("leased", 1, t0);
+    r.lease_opened("grace", 2, t0);
+    r.lease_closed("grace", 2, 10s, t0);
+    r.end_session("ended", "end", t0);
+    r.session("unclaimed", t0);
+    r.add_pending("c1", "name1", "ended", "session_ended", t0);
+    r.pending.at("c1").failures = 3;
+    r.pending.at("c1").in_flight = true;
+    PersistedState p = r.persisted();
+    BOOST_TEST(p.sessions.size() == 3u);
+    BOOST_TEST(p.pending.size() == 1u);
+    BOOST_TEST(!p.pending[0].in_flight);
+
+    Registry back;
+    TimePoint later = t0 + 1h;
+    back.restore(p, 10s, later);
+    BOOST_TEST(back.sessions.at("leased").state() == SessionState::grace);
+    BOOST_TEST((*back.sessions.at("leased").grace_deadline == later + 10s));
+    BOOST_TEST((*back.sessions.at("grace").grace_deadline == t0 + 10s));
+    BOOST_TEST(back.sessions.at("ended").state() == SessionState::ended);
+    BOOST_TEST((*back.sessions.at("ended").ended_at == t0));
+    BOOST_TEST(back.sessions.count("unclaimed") == 0u);
+    BOOST_TEST(back.pending.at("c1").failures == 3u);
+    BOOST_TEST((back.pending.at("c1").next_attempt == later));
+}
+
+BOOST_AUTO_TEST_CASE(rfc3339_parses_what_the_engine_writes) {
+    auto t = parse_rfc3339("2026-11-30T13:26:20.123456789Z");
+    BOOST_REQUIRE(t);
+    BOOST_TEST(format_rfc3339(*t) == "2026-11-30T13:26:20.123Z");
+    BOOST_TEST((*parse_rfc3339("2026-11-30T14:26:20+01:00") == *parse_rfc3339("2026-11-30T13:26:20Z")));
+    for (const char* bad : {"", "yesterday", "2026-11-30", "2026-11-30T13:26:20", "2026-11-30T13:26:20Q"})
+        BOOST_TEST(!parse_rfc3339(bad), bad);
+}

@@ -1,0 +1,137 @@
+#include "fake_engine.hpp"
+#include "watcher.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+
+using namespace reaperd;
+using reaperd::test::FakeEngine;
+using namespace std::chrono_literals;
+
+namespace {
+// Collects what the watcher reports and waits for conditions on it.
+struct Recorder {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<WatchEvent> events;
+
+    void operator()(WatchEvent e) {
+        std::lock_guard lock(mutex);
+        events.push_back(std::move(e));
+        changed.notify_all();
+    }
+    template <class T>
+    std::size_t count() {
+        std::lock_guard lock(mutex);
+        std::size_t n = 0;
+        for (auto& e : events) n += std::holds_alternative<T>(e);
+        return n;
+    }
+    // Polls: some conditions (engine call counts) change without a report.
+    bool wait(const std::function<bool()>& condition) {
+        auto deadline = std::chrono::steady_clock::now() + 30s;
+        while (!condition()) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            std::unique_lock lock(mutex);
+            changed.wait_for(lock, 10ms);
+        }
+        return true;
+    }
+    bool appeared(const std::string& id) {
+        std::lock_guard lock(mutex);
+        for (auto& e : events)
+            if (auto* a = std::get_if<watch::Appeared>(&e); a && a->info.id == id) return true;
+        return false;
+    }
+    bool gone(const std::string& id) {
+        std::lock_guard lock(mutex);
+        for (auto& e : events)
+            if (auto* g = std::get_if<watch::Gone>(&e); g && g->id == id) return true;
+        return false;
+    }
+};
+
+WatcherOptions fast() { return {10ms, 50ms}; }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(lists_then_follows_events) {
+    FakeEngine engine;
+    engine.add("a", {{"reaperd.session", "s"}});
+    engine.add("b", {});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    BOOST_TEST(rec.appeared("a"));
+    BOOST_TEST(rec.appeared("b"));  // every container: ownership is the loop's call
+    BOOST_TEST(rec.count<watch::Listed>() == 1u);
+    engine.add("c", {});
+    BOOST_TEST(rec.wait([&] { return rec.appeared("c"); }));
+    engine.drop("a");
+    BOOST_TEST(rec.wait([&] { return rec.gone("a"); }));
+    watcher.stop();
+    BOOST_TEST(engine.open_streams() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_broken_stream_reconnects_and_relists) {
+    FakeEngine engine;
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::Listed>() == 1; }));
+    engine.break_streams();
+    // Changes while the stream is down are found by the re-list, not by events.
+    engine.add_silently("missed", {{"reaperd.session", "s"}});
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 2; }));
+    BOOST_TEST(rec.appeared("missed"));
+    BOOST_TEST(rec.count<watch::EngineDown>() == 1u);
+    watcher.stop();
+}
+
+BOOST_AUTO_TEST_CASE(engine_down_is_reported_once_and_retried_until_back) {
+    FakeEngine engine;
+    engine.set_down(true);
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return engine.calls("events") >= 5; }));
+    BOOST_TEST(rec.count<watch::EngineDown>() == 1u);
+    BOOST_TEST(rec.count<watch::EngineUp>() == 0u);
+    engine.add_silently("x", {});
+    engine.set_down(false);
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    BOOST_TEST(rec.appeared("x"));
+    watcher.stop();
+}
+
+BOOST_AUTO_TEST_CASE(resync_relists_and_reports_what_vanished_silently) {
+    FakeEngine engine;
+    engine.add("a", {});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::Listed>() == 1; }));
+    engine.add_silently("b", {});
+    watcher.resync();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::Listed>() == 2; }));
+    BOOST_TEST(rec.appeared("b"));
+    BOOST_TEST(rec.count<watch::EngineDown>() == 0u);
+    watcher.stop();
+}
+
+BOOST_AUTO_TEST_CASE(faults_during_list_and_inspect_are_retried) {
+    FakeEngine engine;
+    engine.add("a", {});
+    engine.fail("list", "", {test::server_error(), test::timeout()});
+    engine.fail("inspect", "a", {test::unreachable()});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    BOOST_TEST(rec.appeared("a"));
+    watcher.stop();
+}
