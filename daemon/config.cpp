@@ -65,6 +65,10 @@ std::optional<Quantity> split_quantity(std::string_view text, std::string& why) 
         why = "fractions are not supported; use a smaller unit";
         return std::nullopt;
     }
+    if (digits < text.size() && text[digits] == ' ') {
+        why = "write the number and its unit without a space";
+        return std::nullopt;
+    }
     Quantity q;
     auto [end, ec] = std::from_chars(text.data(), text.data() + digits, q.number);
     if (ec == std::errc::result_out_of_range || end != text.data() + digits) {
@@ -90,14 +94,17 @@ std::optional<Duration> try_parse_duration(std::string_view text, std::string& w
     for (const Unit& u : duration_units) {
         if (q->unit != u.name)
             continue;
-        constexpr auto limit = static_cast<std::uint64_t>(std::numeric_limits<Duration::rep>::max());
+        constexpr auto limit = static_cast<std::uint64_t>(max_duration.count());
         if (q->number > limit / u.factor) {
-            why = "too large";
+            why = "more than " + format_duration(max_duration) + ", the longest allowed";
             return std::nullopt;
         }
         return Duration{static_cast<Duration::rep>(q->number * u.factor)};
     }
-    why = "unknown unit \"" + std::string(q->unit) + "\" (units: ms, s, m, h, d)";
+    if (std::any_of(q->unit.begin(), q->unit.end(), is_digit))
+        why = "one number and one unit, e.g. 90m rather than 1h30m";
+    else
+        why = "unknown unit \"" + std::string(q->unit) + "\" (units: ms, s, m, h, d)";
     return std::nullopt;
 }
 
@@ -105,27 +112,22 @@ std::optional<std::uint64_t> try_parse_size(std::string_view text, std::string& 
     auto q = split_quantity(text, why);
     if (!q)
         return std::nullopt;
+    // B, or K/M/G/T followed by nothing, B, i or iB (any case): all binary.
     std::string unit;
     for (char c : q->unit)
         unit += lower(c);
-    if (!unit.empty() && unit != "b") {
-        if (unit.size() > 1 && unit.back() == 'b')
-            unit.pop_back();
-        if (unit.size() > 1 && unit.back() == 'i')
-            unit.pop_back();
-    }
     std::uint64_t factor = 0;
-    if (unit.empty() || unit == "b")
+    if (unit.empty() || unit == "b") {
         factor = 1;
-    else if (unit == "k")
-        factor = KiB;
-    else if (unit == "m")
-        factor = KiB * KiB;
-    else if (unit == "g")
-        factor = KiB * KiB * KiB;
-    else if (unit == "t")
-        factor = KiB * KiB * KiB * KiB;
-    else {
+    } else if (const std::string rest = unit.substr(1); rest.empty() || rest == "b" || rest == "i" || rest == "ib") {
+        constexpr std::string_view prefixes = "kmgt";
+        if (const std::size_t power = prefixes.find(unit.front()); power != std::string_view::npos) {
+            factor = KiB;
+            for (std::size_t i = 0; i < power; ++i)
+                factor *= KiB;
+        }
+    }
+    if (factor == 0) {
         why = "unknown unit \"" + std::string(q->unit) + "\" (units: B, KiB, MiB, GiB, TiB)";
         return std::nullopt;
     }
@@ -190,7 +192,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 std::optional<std::string_view> closest(std::string_view word,
                                         const std::vector<std::string_view>& candidates) {
     std::optional<std::string_view> best;
-    std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
+    std::size_t best_distance = std::max<std::size_t>(1, word.size() / 3) + 1;
     for (std::string_view c : candidates) {
         const std::size_t d = edit_distance(word, c);
         if (d < best_distance) {
@@ -223,7 +225,7 @@ constexpr std::string_view duration_expected = "expected a duration such as 500m
 constexpr std::string_view size_expected = "expected a size such as 100MiB, 1GiB or 0";
 
 std::string with_reason(std::string message, const std::string& why) {
-    return why.empty() ? message : message + " (" + why + ")";
+    return why.empty() ? message : message + ": " + why;
 }
 
 class Parser {
@@ -272,11 +274,6 @@ public:
         if (!d) {
             problem(mark, key,
                     with_reason(std::string(duration_expected) + "; got " + quote(node.Scalar()), why));
-            return;
-        }
-        if (*d > max_duration) {
-            problem(mark, key, "must be at most " + format_duration(max_duration) + "; got " +
-                                   quote(node.Scalar()));
             return;
         }
         out = *d;
@@ -557,7 +554,8 @@ bool absolute_path(const std::string& path) {
     return !path.empty() && path.front() == '/' && path.find('\0') == std::string::npos;
 }
 
-// "host:port" with a port from 1 to 65535; the host a name, an IPv4 address or [IPv6].
+// "host:port" with a port from 0 to 65535 (0: any free port, for tests); the host a name, an
+// IPv4 address or [IPv6].
 // Sets `why` to what is wrong.
 bool host_port_valid(std::string_view text, std::string& why) {
     const std::size_t colon = text.rfind(':');
@@ -569,9 +567,8 @@ bool host_port_valid(std::string_view text, std::string& why) {
     const std::string_view port = text.substr(colon + 1);
     unsigned port_number = 0;
     auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), port_number);
-    if (port.empty() || ec != std::errc{} || end != port.data() + port.size() || port_number == 0 ||
-        port_number > 65535) {
-        why = "the port must be a number from 1 to 65535";
+    if (port.empty() || ec != std::errc{} || end != port.data() + port.size() || port_number > 65535) {
+        why = "the port must be a number from 0 to 65535";
         return false;
     }
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -644,7 +641,8 @@ void validate(Parser& p, const Config& c) {
 
     if (!c.engine.host.empty()) {
         std::string why;
-        check({"engine.host"}, engine_address_valid(c.engine.host, why), "engine.host",
+        const bool ok = engine_address_valid(c.engine.host, why);
+        check({"engine.host"}, ok, "engine.host",
               with_reason("expected unix:///path, tcp://host:port or an absolute socket path; got " +
                               quote(c.engine.host),
                           why));
@@ -687,10 +685,16 @@ void validate(Parser& p, const Config& c) {
 
     at_least("reaper.resync_interval", c.reaper.resync_interval, 1s, "");
     at_least("reaper.retry_initial", c.reaper.retry_initial, 10ms, "");
-    check({"reaper.retry_initial", "reaper.retry_max"}, c.reaper.retry_initial <= c.reaper.retry_max,
-          p.set_in_file("reaper.retry_max") ? "reaper.retry_max" : "reaper.retry_initial",
-          "reaper.retry_initial (" + format_duration(c.reaper.retry_initial) +
-              ") must not exceed reaper.retry_max (" + format_duration(c.reaper.retry_max) + ")");
+    if (p.set_in_file("reaper.retry_max"))
+        check({"reaper.retry_initial", "reaper.retry_max"}, c.reaper.retry_initial <= c.reaper.retry_max,
+              "reaper.retry_max",
+              "must be at least reaper.retry_initial (" + format_duration(c.reaper.retry_initial) +
+                  "); got " + format_duration(c.reaper.retry_max));
+    else
+        check({"reaper.retry_initial"}, c.reaper.retry_initial <= c.reaper.retry_max,
+              "reaper.retry_initial",
+              "must be at most reaper.retry_max (" + format_duration(c.reaper.retry_max) + "); got " +
+                  format_duration(c.reaper.retry_initial));
     check({"reaper.concurrency"}, c.reaper.concurrency >= 1 && c.reaper.concurrency <= max_concurrency,
           "reaper.concurrency",
           "must be from 1 to " + std::to_string(max_concurrency) + "; got " +
@@ -705,15 +709,15 @@ void validate(Parser& p, const Config& c) {
     check({"logs.max_size", "logs.total_max_size"},
           c.logs.total_max_size_bytes == 0 || c.logs.max_size_bytes == 0 ||
               c.logs.total_max_size_bytes >= c.logs.max_size_bytes,
-          p.set_in_file("logs.total_max_size") ? "logs.total_max_size" : "logs.max_size",
-          "logs.total_max_size (" + format_size(c.logs.total_max_size_bytes) +
-              ") must be 0 (no budget) or at least logs.max_size (" +
-              format_size(c.logs.max_size_bytes) + ")");
+          "logs.total_max_size",
+          "must be 0 (no budget) or at least logs.max_size (" + format_size(c.logs.max_size_bytes) +
+              "); got " + format_size(c.logs.total_max_size_bytes));
     at_least("logs.check_interval", c.logs.check_interval, 10ms, "");
 
     if (!c.metrics.listen.empty()) {
         std::string why;
-        check({"metrics.listen"}, host_port_valid(c.metrics.listen, why), "metrics.listen",
+        const bool ok = host_port_valid(c.metrics.listen, why);
+        check({"metrics.listen"}, ok, "metrics.listen",
               with_reason("expected host:port such as 127.0.0.1:9324 or \"\" for no listener; got " +
                               quote(c.metrics.listen),
                           why));
@@ -887,8 +891,8 @@ Duration parse_duration(std::string_view text) {
     std::string why;
     auto d = try_parse_duration(text, why);
     if (!d)
-        throw std::invalid_argument(
-            with_reason("invalid duration " + quote(text) + "; expected e.g. 500ms, 10s, 5m", why));
+        throw std::invalid_argument("invalid duration " + quote(text) +
+                                    (why.empty() ? "; expected e.g. 500ms, 10s, 5m" : ": " + why));
     return *d;
 }
 
@@ -896,8 +900,8 @@ std::uint64_t parse_size(std::string_view text) {
     std::string why;
     auto bytes = try_parse_size(text, why);
     if (!bytes)
-        throw std::invalid_argument(
-            with_reason("invalid size " + quote(text) + "; expected e.g. 100MiB, 1GiB, 0", why));
+        throw std::invalid_argument("invalid size " + quote(text) +
+                                    (why.empty() ? "; expected e.g. 100MiB, 1GiB, 0" : ": " + why));
     return *bytes;
 }
 

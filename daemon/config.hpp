@@ -2,8 +2,9 @@
 // Every key, its meaning and its default is documented in config/reaperd.yaml, and a test
 // checks that file against the defaults below.
 //
-// Every duration is at most max_duration, so adding one to any clock's time_point cannot
-// overflow; validation guarantees the other ranges documented in config/reaperd.yaml.
+// Every duration is at most max_duration (parse_duration refuses more), so adding one to any
+// clock's time_point cannot overflow; validation guarantees the other ranges documented in
+// config/reaperd.yaml.
 #pragma once
 
 #include <chrono>
@@ -133,11 +134,12 @@ std::string format_config(const Config& config);
 std::vector<std::string> config_keys();
 
 // "500ms", "10s", "5m", "2h", "1d", "0" -> milliseconds: a whole number and one unit
-// (ms, s, m, h, d); only 0 may go without a unit. Throws std::invalid_argument naming the
-// text and what is wrong (negative, fraction, unknown unit, overflow).
+// (ms, s, m, h, d); only 0 may go without a unit; at most max_duration. Throws
+// std::invalid_argument naming the text and what is wrong (negative, fraction, unknown unit,
+// too large).
 Duration parse_duration(std::string_view text);
 // "0", "1024", "10KiB", "10MiB", "1GiB", "1G", "10M", "100k" -> bytes: a whole number and
-// an optional unit B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB, TiB (case-insensitive, all
+// an optional unit B, K, KB, Ki, KiB, and the same for M, G and T (case-insensitive, all
 // binary, as docker's max-size is). Throws std::invalid_argument naming the text and what
 // is wrong.
 std::uint64_t parse_size(std::string_view text);
