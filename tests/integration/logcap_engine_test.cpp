@@ -1,0 +1,299 @@
+// Log caps against the real engine: LogCapper driven in-process with a real Client, on
+// containers whose logs the private dockerd writes (json-file, local, rotated, none).
+#include "engine.hpp"
+#include "logcap.hpp"
+
+#include <reaper/client.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+namespace fs = std::filesystem;
+using namespace reaperd;
+using namespace std::chrono_literals;
+using reaper::test::engine;
+using reaper::test::unique_name;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint64_t MiB = 1024 * 1024;
+const std::string session_label = "reaperd.session";
+
+// ~2.9 MB of json log (15,000 lines of ~195 bytes), then quiet: a writer that passes a
+// small cap once and then keeps running.
+const std::vector<std::string> burst_then_sleep = {
+    "sh", "-c",
+    "yes 0123456789012345678901234567890123456789012345678901234567890123456789"
+    "012345678901234567890123456789012345678901234567890123456789 | head -n 15000; exec sleep 600"};
+// A runaway: about 70 MB/s of json log here.
+const std::vector<std::string> runaway = {"yes"};
+
+struct Records {
+    std::mutex mutex;
+    std::vector<std::map<std::string, std::string>> fields;
+    std::vector<std::string> messages;
+    LogSink sink() {
+        return [this](Priority, std::string_view, std::string_view message, std::vector<LogField> f) {
+            std::map<std::string, std::string> m;
+            for (auto& field : f) m[field.name] = field.value;
+            std::lock_guard lock(mutex);
+            fields.push_back(std::move(m));
+            messages.emplace_back(message);
+        };
+    }
+    std::size_t count(const std::string& field, const std::string& value) {
+        std::lock_guard lock(mutex);
+        return static_cast<std::size_t>(std::count_if(fields.begin(), fields.end(), [&](const auto& m) {
+            auto it = m.find(field);
+            return it != m.end() && it->second == value;
+        }));
+    }
+};
+
+struct Fixture {
+    reaper::Client client{engine().client_options()};
+    std::string root = engine().dir() + "/data";  // the harness's --data-root: DockerRootDir
+    Records records;
+    std::vector<std::string> created;
+
+    ~Fixture() {
+        for (const auto& id : created) {
+            try {
+                client.remove(id, {true, true});
+            } catch (const std::exception&) {
+            }
+        }
+    }
+
+    std::string run(const std::vector<std::string>& cmd, const std::string& session,
+                    reaper::LogConfig log = {}, reaper::Labels labels = {}) {
+        reaper::ContainerSpec spec;
+        spec.name = unique_name("logcap");
+        spec.image = reaper::test::PrivateEngine::image;
+        spec.cmd = cmd;
+        spec.labels = std::move(labels);
+        spec.labels["reaper.test"] = "logcap";
+        if (!session.empty()) spec.labels[session_label] = session;
+        spec.log_config = std::move(log);
+        auto id = client.create(spec);
+        created.push_back(id);
+        client.start(id);
+        return id;
+    }
+
+    ContainerLog describe(const std::string& id) {
+        auto info = client.inspect(id);
+        ContainerLog c;
+        c.id = info.id;
+        c.name = info.name;
+        auto label = info.labels.find(session_label);
+        if (label != info.labels.end()) c.session = label->second;
+        c.log_path = info.log_path;
+        c.log_driver = info.log_driver;
+        c.labels = info.labels;
+        c.docker_root_dir = root;
+        return c;
+    }
+
+    LogCapper::Options options(LogAction action, LogScope scope, std::uint64_t max_size_bytes) {
+        LogCapper::Options o;
+        o.logs.max_size_bytes = max_size_bytes;
+        o.logs.action = action;
+        o.logs.scope = scope;
+        o.logs.check_interval = 1s;
+        o.stop_grace = 1s;
+        o.sink = records.sink();
+        return o;
+    }
+
+    bool running(const std::string& id) {
+        try {
+            return client.inspect(id).state.running;
+        } catch (const reaper::NotFound&) {
+            return false;
+        }
+    }
+    bool exists(const std::string& id) {
+        try {
+            client.inspect(id);
+            return true;
+        } catch (const reaper::NotFound&) {
+            return false;
+        }
+    }
+};
+
+std::uint64_t size_of(const fs::path& path) {
+    std::error_code ec;
+    auto n = fs::file_size(path, ec);
+    return ec ? 0 : n;
+}
+
+// The live file plus its rotations, as the capper counts them.
+std::uint64_t log_bytes(const ContainerLog& c) {
+    fs::path live = c.log_path;
+    std::uint64_t total = size_of(live);
+    std::error_code ec;
+    for (auto& entry : fs::directory_iterator(live.parent_path(), ec))
+        if (logcap::is_rotation(entry.path().filename().string(), live.filename().string()))
+            total += size_of(entry.path());
+    return total;
+}
+
+template <typename F>
+bool eventually(F condition, std::chrono::milliseconds limit = 30s) {
+    auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+        if (condition()) return true;
+        std::this_thread::sleep_for(20ms);
+    }
+    return condition();
+}
+
+// Samples the log's size at 100 Hz for `duration`; returns the largest seen.
+std::uint64_t max_size_over(const ContainerLog& c, std::chrono::milliseconds duration) {
+    std::uint64_t max = 0;
+    auto end = Clock::now() + duration;
+    for (auto next = Clock::now(); next < end; next += 10ms) {
+        max = std::max(max, log_bytes(c));
+        std::this_thread::sleep_until(next);
+    }
+    return max;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(truncate_keeps_a_runaway_running_and_its_log_under_the_cap) {
+    Fixture f;
+    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 10 * MiB));
+    capper.start();
+    auto id = f.run(runaway, "s-truncate");
+    auto c = f.describe(id);
+    BOOST_TEST_REQUIRE(!c.log_path.empty());
+    capper.add(c);
+    auto max = max_size_over(c, 5s);
+    BOOST_TEST_MESSAGE("max log size over 5 s: " << max << " bytes; cuts: " << capper.counters().truncations);
+    BOOST_TEST(max <= 10 * MiB);
+    BOOST_TEST(capper.counters().truncations > 0u);
+    BOOST_TEST(capper.counters().log_bytes_dropped > 10 * MiB);
+    BOOST_TEST(f.running(id));
+    BOOST_TEST(f.records.count("ACTION", "truncate") > 0u);
+    // The writer is still writing, from the start of the file.
+    auto before = f.client.inspect(id).state.started_at;
+    BOOST_TEST(eventually([&] { return size_of(c.log_path) > 0; }));
+    BOOST_TEST(f.client.inspect(id).state.started_at == before);
+}
+
+BOOST_AUTO_TEST_CASE(stop_kill_and_remove_act_on_session_owned_containers_only) {
+    for (auto action : {LogAction::stop, LogAction::kill, LogAction::remove}) {
+        BOOST_TEST_CONTEXT("action " << to_string(action)) {
+            Fixture f;
+            LogCapper capper(f.client, f.options(action, LogScope::all, 1 * MiB));
+            capper.start();
+            auto owned = f.run(burst_then_sleep, "s-" + std::string(to_string(action)));
+            auto unowned = f.run(burst_then_sleep, "");
+            capper.add(f.describe(owned));
+            auto bystander = f.describe(unowned);
+            capper.add(bystander);
+            if (action == LogAction::remove)
+                BOOST_TEST(eventually([&] { return !f.exists(owned); }));
+            else
+                BOOST_TEST(eventually([&] { return !f.running(owned); }));
+            BOOST_TEST(eventually([&] { return f.records.count("CONTAINER_ID", unowned) > 0; }));
+            BOOST_TEST(f.running(unowned));
+            BOOST_TEST(log_bytes(bystander) < 1 * MiB);
+            BOOST_TEST(f.records.count("ACTION", std::string(to_string(action))) == 1u);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(scope_all_truncates_an_unlabeled_runaway_and_never_stops_it) {
+    Fixture f;
+    LogCapper capper(f.client, f.options(LogAction::remove, LogScope::all, 4 * MiB));
+    capper.start();
+    auto id = f.run(runaway, "");
+    auto c = f.describe(id);
+    auto started = f.client.inspect(id).state.started_at;
+    capper.add(c);
+    auto max = max_size_over(c, 3s);
+    BOOST_TEST_MESSAGE("max log size over 3 s: " << max << " bytes");
+    BOOST_TEST(capper.counters().truncations > 0u);
+    BOOST_TEST(capper.counters().stops + capper.counters().kills + capper.counters().removals == 0u);
+    BOOST_TEST(f.running(id));
+    BOOST_TEST(f.client.inspect(id).state.started_at == started);
+    BOOST_TEST(f.records.count("ACTION", "remove") == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_container_without_a_log_file_is_skipped_with_a_message) {
+    Fixture f;
+    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 1 * MiB));
+    capper.start();
+    auto id = f.run(burst_then_sleep, "s-none", reaper::LogConfig{"none", {}});
+    auto c = f.describe(id);
+    BOOST_TEST(c.log_driver == "none");
+    capper.add(c);
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return f.records.count("CONTAINER_ID", id) > 0; }));
+    std::this_thread::sleep_for(1500ms);
+    BOOST_TEST(f.records.count("CONTAINER_ID", id) == 1u);
+    BOOST_TEST(f.records.count("LOG_DRIVER", "none") == 1u);
+    BOOST_TEST(capper.watched() == 0u);
+    BOOST_TEST(f.running(id));
+}
+
+BOOST_AUTO_TEST_CASE(rotated_files_count_toward_the_cap) {
+    Fixture f;
+    // The engine rotates at 1 MiB and keeps 3 files: up to 3 MiB on disk, never more than
+    // 1 MiB in the live file. Only counting the rotations brings it over a 2.5 MiB cap.
+    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 5 * MiB / 2));
+    capper.start();
+    auto id = f.run(burst_then_sleep, "s-rotate",
+                    reaper::LogConfig{"json-file", {{"max-size", "1m"}, {"max-file", "3"}}});
+    auto c = f.describe(id);
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().truncations > 0u; }));
+    BOOST_TEST(eventually([&] { return log_bytes(c) < 5 * MiB / 2; }));
+    BOOST_TEST(capper.counters().log_bytes_dropped > 1 * MiB);
+    BOOST_TEST(f.running(id));
+}
+
+BOOST_AUTO_TEST_CASE(the_local_driver_is_capped) {
+    Fixture f;
+    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 1 * MiB));
+    capper.start();
+    auto id = f.run(runaway, "s-local", reaper::LogConfig{"local", {}});
+    auto c = f.describe(id);
+    BOOST_TEST(c.log_driver == "local");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().truncations > 0u; }));
+    BOOST_TEST(f.running(id));
+}
+
+BOOST_AUTO_TEST_CASE(a_label_overrides_the_default_and_a_broken_one_falls_back_with_one_warning) {
+    Fixture f;
+    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 8 * MiB));
+    capper.start();
+    auto small = f.run(burst_then_sleep, "s-label", {}, {{logcap::max_size_label, "1MiB"}});
+    auto broken = f.run(burst_then_sleep, "s-label", {}, {{logcap::max_size_label, "a lot"}});
+    auto s = f.describe(small);
+    auto b = f.describe(broken);
+    capper.add(s);
+    capper.add(b);
+    capper.add(b);
+    BOOST_TEST_REQUIRE(eventually([&] { return f.records.count("ACTION", "truncate") > 0; }));
+    BOOST_TEST(f.records.count("CONTAINER_ID", small) >= 1u);
+    // The broken label's container gets the 8 MiB default: its 2.9 MB stays.
+    BOOST_TEST(eventually([&] { return log_bytes(b) > 2 * MiB; }));
+    std::this_thread::sleep_for(1500ms);
+    BOOST_TEST(log_bytes(b) > 2 * MiB);
+    BOOST_TEST(f.records.count("LABEL_VALUE", "a lot") == 1u);
+    std::lock_guard lock(f.records.mutex);
+    bool named = std::any_of(f.records.messages.begin(), f.records.messages.end(), [&](const auto& m) {
+        return m.find(b.name) != std::string::npos && m.find("a lot") != std::string::npos;
+    });
+    BOOST_TEST(named);
+}
