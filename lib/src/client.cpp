@@ -87,30 +87,29 @@ std::string engine_message_of(const std::string& body) {
     return text;
 }
 
-Object::Ptr parse_object(const std::string& body, const std::string& what) {
+// Parses `body` as JSON of type T (Object::Ptr or Array::Ptr); anything else is the
+// engine's protocol error, named after the request `what`.
+template <typename T>
+T parse_json(const std::string& body, const std::string& what, const char* expected) {
+    Poco::Dynamic::Var result;
     try {
         Poco::JSON::Parser parser;
-        auto object = parser.parse(body).extract<Object::Ptr>();
-        if (object) return object;
+        result = parser.parse(body);
     } catch (const Poco::Exception& e) {
         throw ProtocolError(0, "", what + ": unparseable JSON from the engine: " + e.displayText());
-    } catch (const std::exception& e) {
-        throw ProtocolError(0, "", what + ": unparseable JSON from the engine: " + e.what());
     }
-    throw ProtocolError(0, "", what + ": expected a JSON object from the engine");
+    if (result.type() != typeid(T)) throw ProtocolError(0, "", what + ": expected " + expected + " from the engine");
+    auto value = result.extract<T>();
+    if (!value) throw ProtocolError(0, "", what + ": expected " + expected + " from the engine");
+    return value;
+}
+
+Object::Ptr parse_object(const std::string& body, const std::string& what) {
+    return parse_json<Object::Ptr>(body, what, "a JSON object");
 }
 
 Array::Ptr parse_array(const std::string& body, const std::string& what) {
-    try {
-        Poco::JSON::Parser parser;
-        auto array = parser.parse(body).extract<Array::Ptr>();
-        if (array) return array;
-    } catch (const Poco::Exception& e) {
-        throw ProtocolError(0, "", what + ": unparseable JSON from the engine: " + e.displayText());
-    } catch (const std::exception& e) {
-        throw ProtocolError(0, "", what + ": unparseable JSON from the engine: " + e.what());
-    }
-    throw ProtocolError(0, "", what + ": expected a JSON array from the engine");
+    return parse_json<Array::Ptr>(body, what, "a JSON array");
 }
 
 std::string str(const Object::Ptr& o, const std::string& key) {
@@ -339,6 +338,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                 // close() can strike inside the body: let the stream rethrow the cause.
                 in.exceptions(std::ios::badbit);
                 Poco::StreamCopier::copyToString(in, result.body);
+                // Poco reports a connection closed before Content-Length bytes as a plain end.
+                if (response.hasContentLength() && !response.getChunkedTransferEncoding() &&
+                    static_cast<std::streamsize>(result.body.size()) < response.getContentLength()) {
+                    throw Poco::IOException("the engine closed the connection after " +
+                                            std::to_string(result.body.size()) + " of " +
+                                            std::to_string(response.getContentLength()) + " bytes");
+                }
                 if (is_closed()) throw ClientClosed(0, "", method + " " + path + ": the engine client was closed");
                 give_back(std::move(connection), response.getKeepAlive());
                 return result;
@@ -428,6 +434,8 @@ public:
                 }
                 throw Unreachable(0, "", what_ + ": the engine ended the event stream");
             }
+            // A last line without its newline was cut short by the end of the stream.
+            if (in_->eof()) throw ProtocolError(0, "", what_ + ": the stream ended inside an event: " + line.substr(0, 200));
             if (!line.empty() && line.back() == '\r') line.pop_back();
             if (line.empty()) continue;
             return parse_event(line);

@@ -1,0 +1,477 @@
+// Unit tests of the engine client: the address parser, query encoding, error mapping, and a
+// table of faults injected by a scripted fake engine on a unix socket (409, 500, garbage,
+// hangs, dropped connections, broken event streams).
+#include <reaper/client.hpp>
+
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+using namespace reaper;
+using namespace std::chrono_literals;
+namespace bdata = boost::unit_test::data;
+
+// ---- pure helpers ---------------------------------------------------------------------
+
+struct AddressCase {
+    const char* text;
+    EngineAddress::Kind kind;
+    const char* path_or_host;
+    std::uint16_t port;
+};
+std::ostream& operator<<(std::ostream& out, const AddressCase& c) { return out << c.text; }
+
+const AddressCase good_addresses[] = {
+    {"unix:///var/run/docker.sock", EngineAddress::Kind::Unix, "/var/run/docker.sock", 0},
+    {"/tmp/x/docker.sock", EngineAddress::Kind::Unix, "/tmp/x/docker.sock", 0},
+    {"tcp://127.0.0.1:2375", EngineAddress::Kind::Tcp, "127.0.0.1", 2375},
+    {"tcp://localhost:1/", EngineAddress::Kind::Tcp, "localhost", 1},
+    {"tcp://[::1]:2376", EngineAddress::Kind::Tcp, "::1", 2376},
+};
+
+BOOST_DATA_TEST_CASE(address_parser_accepts, bdata::make(good_addresses), c) {
+    auto a = EngineAddress::parse(c.text);
+    BOOST_TEST((a.kind == c.kind));
+    if (c.kind == EngineAddress::Kind::Unix) {
+        BOOST_TEST(a.path == c.path_or_host);
+    } else {
+        BOOST_TEST(a.host == c.path_or_host);
+        BOOST_TEST(a.port == c.port);
+    }
+    BOOST_TEST(EngineAddress::parse(a.to_string()).to_string() == a.to_string());
+}
+
+struct BadAddress {
+    const char* text;
+    const char* problem;
+};
+std::ostream& operator<<(std::ostream& out, const BadAddress& c) { return out << c.text; }
+
+const BadAddress bad_addresses[] = {
+    {"", "empty"},
+    {"unix://relative.sock", "must be absolute"},
+    {"tcp://host", "missing port"},
+    {"tcp://:2375", "missing host"},
+    {"tcp://host:0", "port must be"},
+    {"tcp://host:70000", "port must be"},
+    {"tcp://host:23x", "port must be"},
+    {"tcp://host:2375/path", "path after host:port"},
+    {"https://host:2376", "unsupported scheme"},
+    {"ssh://me@host", "unsupported scheme"},
+    {"docker.sock", "not an address"},
+};
+
+BOOST_DATA_TEST_CASE(address_parser_rejects_with_a_reason, bdata::make(bad_addresses), c) {
+    try {
+        EngineAddress::parse(c.text);
+        BOOST_FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+        std::string what = e.what();
+        BOOST_TEST(what.find(c.problem) != std::string::npos, what);
+        BOOST_TEST(what.find(std::string("\"") + c.text + "\"") != std::string::npos, what);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(address_from_environment) {
+    ::setenv("DOCKER_HOST", "tcp://10.0.0.1:2375", 1);
+    BOOST_TEST(EngineAddress::from_environment().to_string() == "tcp://10.0.0.1:2375");
+    ::setenv("DOCKER_HOST", "", 1);
+    BOOST_TEST(EngineAddress::from_environment().to_string() == default_engine_address);
+    ::unsetenv("DOCKER_HOST");
+    BOOST_TEST(EngineAddress::from_environment().to_string() == default_engine_address);
+}
+
+BOOST_AUTO_TEST_CASE(query_encoding) {
+    BOOST_TEST(url_encode("abc-._~09") == "abc-._~09");
+    BOOST_TEST(url_encode("a b=c&d/e") == "a%20b%3Dc%26d%2Fe");
+    BOOST_TEST(url_encode("{\"x\":[1]}") == "%7B%22x%22%3A%5B1%5D%7D");
+    BOOST_TEST(encode_filters({}) == "{}");
+    BOOST_TEST(encode_filters({{"label", {"a=b", "c"}}, {"status", {"running"}}}) ==
+               R"({"label":["a=b","c"],"status":["running"]})");
+    BOOST_TEST(encode_filters({{"label", {"quote\"d"}}}) == R"({"label":["quote\"d"]})");
+}
+
+BOOST_AUTO_TEST_CASE(api_version_comparison) {
+    BOOST_TEST(compare_api_versions("1.41", "1.41") == 0);
+    BOOST_TEST(compare_api_versions("1.9", "1.10") < 0);
+    BOOST_TEST(compare_api_versions("1.43", "1.40") > 0);
+    BOOST_TEST(compare_api_versions("2.0", "1.99") > 0);
+    BOOST_TEST(compare_api_versions("1.41", "1.41.0") == 0);
+}
+
+struct StatusCase {
+    int status;
+    EngineErrorKind kind;
+};
+std::ostream& operator<<(std::ostream& out, const StatusCase& c) { return out << c.status; }
+const StatusCase status_cases[] = {
+    {404, EngineErrorKind::NotFound}, {409, EngineErrorKind::Conflict}, {400, EngineErrorKind::BadRequest},
+    {403, EngineErrorKind::BadRequest}, {500, EngineErrorKind::Server}, {503, EngineErrorKind::Server},
+    {200, EngineErrorKind::Protocol},
+};
+
+BOOST_DATA_TEST_CASE(error_kind_per_status, bdata::make(status_cases), c) {
+    BOOST_TEST(error_kind_for_status(c.status) == c.kind);
+    try {
+        throw_engine_error(c.kind, c.status, "engine words", "what");
+    } catch (const EngineError& e) {
+        BOOST_TEST(e.kind() == c.kind);
+        BOOST_TEST(e.status() == c.status);
+        BOOST_TEST(e.engine_message() == "engine words");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(typed_errors_are_catchable_by_type) {
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::NotFound, 404, "", ""), NotFound);
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Conflict, 409, "", ""), Conflict);
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Server, 500, "", ""), ServerError);
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Unreachable, 0, "", ""), Unreachable);
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Timeout, 0, "", ""), Timeout);
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Protocol, 0, "", ""), ProtocolError);
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Closed, 0, "", ""), ClientClosed);
+}
+
+// ---- a scripted fake engine -----------------------------------------------------------
+
+namespace {
+
+// What the fake does with one request.
+struct Scripted {
+    std::string bytes;        // written back verbatim (status line, headers, body)
+    bool hang = false;        // write `bytes`, then never answer further
+    bool close_after = false; // close the connection after writing
+};
+
+std::string http(int status, const std::string& body, const std::string& extra_headers = "") {
+    return "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n" + extra_headers + "\r\n" + body;
+}
+
+const std::string version_reply =
+    http(200, R"({"Version":"20.10.24","ApiVersion":"1.41","MinAPIVersion":"1.12","Os":"linux","Arch":"amd64"})");
+
+// Serves HTTP/1.1 on a unix socket; `script` maps the request line to the reply. Each
+// connection has its own thread; the destructor ends them all.
+class FakeEngine {
+public:
+    using Script = std::function<Scripted(const std::string& request_line)>;
+
+    explicit FakeEngine(Script script) : script_(std::move(script)) {
+        path_ = std::filesystem::temp_directory_path() / ("reaper-fake-" + std::to_string(::getpid()) + "-" +
+                                                          std::to_string(counter_++) + ".sock");
+        ::unlink(path_.c_str());
+        listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path_.c_str());
+        if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener_, 64) != 0) {
+            throw std::runtime_error("fake engine cannot listen on " + path_);
+        }
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+
+    ~FakeEngine() {
+        stopping_ = true;
+        ::shutdown(listener_, SHUT_RDWR);
+        acceptor_.join();
+        {
+            std::lock_guard lock(mutex_);
+            for (int fd : connections_) ::shutdown(fd, SHUT_RDWR);
+        }
+        for (auto& t : workers_) t.join();
+        ::close(listener_);
+        ::unlink(path_.c_str());
+    }
+
+    ClientOptions options(std::chrono::milliseconds timeout = 2000ms) const {
+        ClientOptions o;
+        o.address = EngineAddress::parse("unix://" + path_);
+        o.request_timeout = timeout;
+        return o;
+    }
+    int connections_accepted() const { return accepted_; }
+    std::vector<std::string> requests() {
+        std::lock_guard lock(mutex_);
+        return requests_;
+    }
+
+private:
+    void accept_loop() {
+        while (!stopping_) {
+            int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0) return;
+            ++accepted_;
+            std::lock_guard lock(mutex_);
+            connections_.push_back(fd);
+            workers_.emplace_back([this, fd] { serve(fd); });
+        }
+    }
+
+    void serve(int fd) {
+        std::string buffer;
+        char chunk[4096];
+        for (;;) {
+            auto head_end = buffer.find("\r\n\r\n");
+            while (head_end == std::string::npos) {
+                auto n = ::read(fd, chunk, sizeof chunk);
+                if (n <= 0) return finish(fd);
+                buffer.append(chunk, static_cast<std::size_t>(n));
+                head_end = buffer.find("\r\n\r\n");
+            }
+            std::string head = buffer.substr(0, head_end);
+            std::size_t length = 0;
+            auto cl = head.find("Content-Length: ");
+            if (cl != std::string::npos) length = std::stoul(head.substr(cl + 16));
+            while (buffer.size() < head_end + 4 + length) {
+                auto n = ::read(fd, chunk, sizeof chunk);
+                if (n <= 0) return finish(fd);
+                buffer.append(chunk, static_cast<std::size_t>(n));
+            }
+            buffer.erase(0, head_end + 4 + length);
+            std::string request_line = head.substr(0, head.find("\r\n"));
+            {
+                std::lock_guard lock(mutex_);
+                requests_.push_back(request_line);
+            }
+            auto reply = script_(request_line);
+            if (!reply.bytes.empty()) (void)!::write(fd, reply.bytes.data(), reply.bytes.size());
+            if (reply.hang) {
+                pollfd p{fd, POLLIN, 0};
+                while (!stopping_ && ::poll(&p, 1, 20) == 0) {
+                }
+                return finish(fd);
+            }
+            if (reply.close_after) return finish(fd);
+        }
+    }
+
+    void finish(int fd) {
+        std::lock_guard lock(mutex_);
+        ::shutdown(fd, SHUT_RDWR);
+        // The fd is closed by the destructor's shutdown pass; keep the number reserved till then.
+    }
+
+    static inline std::atomic<int> counter_{0};
+    Script script_;
+    std::string path_;
+    int listener_ = -1;
+    std::atomic<bool> stopping_{false};
+    std::atomic<int> accepted_{0};
+    std::thread acceptor_;
+    std::mutex mutex_;
+    std::vector<int> connections_;
+    std::vector<std::thread> workers_;
+    std::vector<std::string> requests_;
+};
+
+// A script that answers /version normally and `reply` to everything else.
+FakeEngine::Script answering(Scripted reply) {
+    return [reply](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) return Scripted{version_reply};
+        return reply;
+    };
+}
+
+}  // namespace
+
+struct Fault {
+    const char* name;
+    Scripted reply;
+    EngineErrorKind kind;
+    int status;
+    const char* message;  // expected in engine_message() (statuses) or what() (others)
+};
+std::ostream& operator<<(std::ostream& out, const Fault& f) { return out << f.name; }
+
+const Fault faults[] = {
+    {"409 conflict", {http(409, R"({"message":"You cannot remove a running container abc"})")},
+     EngineErrorKind::Conflict, 409, "You cannot remove a running container abc"},
+    {"404 not found", {http(404, R"({"message":"No such container: abc"})")}, EngineErrorKind::NotFound, 404,
+     "No such container: abc"},
+    {"500 engine error", {http(500, R"({"message":"driver failed"})")}, EngineErrorKind::Server, 500, "driver failed"},
+    {"500 plain text", {http(500, "plain words\n")}, EngineErrorKind::Server, 500, "plain words"},
+    {"400 bad request", {http(400, R"({"message":"bad parameter"})")}, EngineErrorKind::BadRequest, 400,
+     "bad parameter"},
+    {"hung: no answer", {"", true}, EngineErrorKind::Timeout, 0, "no answer"},
+    {"hung half-way through headers", {"HTTP/1.1 200 OK\r\nContent-", true}, EngineErrorKind::Timeout, 0,
+     "no answer"},
+    {"hung half-way through the body", {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n[", true},
+     EngineErrorKind::Timeout, 0, "no answer"},
+    {"closed without answering", {"", false, true}, EngineErrorKind::Unreachable, 0, "connection to the engine failed"},
+    {"closed half-way through the body", {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n[{", false, true},
+     EngineErrorKind::Unreachable, 0, "connection to the engine failed"},
+    {"not HTTP", {"SSH-2.0-OpenSSH\r\n\r\n", false, true}, EngineErrorKind::Protocol, 0, "malformed HTTP"},
+    {"200 with broken JSON", {http(200, "[{\"Id\": ")}, EngineErrorKind::Protocol, 0, "unparseable JSON"},
+    {"200 with the wrong JSON type", {http(200, "{}")}, EngineErrorKind::Protocol, 0, "expected a JSON array"},
+};
+
+BOOST_DATA_TEST_CASE(injected_faults_become_typed_errors, bdata::make(faults), fault) {
+    FakeEngine fake(answering(fault.reply));
+    Client client(fake.options(300ms));
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+        client.list_containers({});
+        BOOST_FAIL("no error");
+    } catch (const EngineError& e) {
+        BOOST_TEST(e.kind() == fault.kind, e.what());
+        BOOST_TEST(e.status() == fault.status);
+        std::string text = fault.status ? e.engine_message() : e.what();
+        BOOST_TEST(text.find(fault.message) != std::string::npos, text);
+        BOOST_TEST(std::string(e.what()).find("/containers/json") != std::string::npos, e.what());
+    }
+    BOOST_TEST((std::chrono::steady_clock::now() - t0) < 3s);
+    client.close();
+}
+
+BOOST_AUTO_TEST_CASE(engine_without_api_version_is_a_protocol_error) {
+    FakeEngine fake([](const std::string&) { return Scripted{http(200, R"({"Version":"x"})")}; });
+    Client client(fake.options());
+    client.ping();  // /_ping is unversioned: it needs no negotiation
+    BOOST_CHECK_THROW(client.list_containers({}), ProtocolError);
+}
+
+BOOST_AUTO_TEST_CASE(negotiation_takes_the_lower_of_both_versions) {
+    FakeEngine fake([](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) {
+            return Scripted{http(200, R"({"ApiVersion":"1.40","MinAPIVersion":"1.12"})")};
+        }
+        return Scripted{http(200, "[]")};
+    });
+    Client client(fake.options());
+    client.list_containers({});
+    BOOST_TEST(client.api_version() == "1.40");
+    auto requests = fake.requests();
+    BOOST_TEST(requests.back().find("GET /v1.40/containers/json?all=0 ") == 0u, requests.back());
+
+    FakeEngine newer([](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) return Scripted{http(200, R"({"ApiVersion":"1.99"})")};
+        return Scripted{http(200, "[]")};
+    });
+    Client client2(newer.options());
+    BOOST_TEST(client2.api_version() == ClientOptions{}.max_api_version);
+}
+
+BOOST_AUTO_TEST_CASE(requests_are_encoded_as_the_engine_expects) {
+    FakeEngine fake(answering({http(200, "[]")}));
+    Client client(fake.options());
+    client.list_containers({.all = true, .filters = {{"label", {"reaperd.session=s 1"}}}});
+    auto line = fake.requests().back();
+    BOOST_TEST(line ==
+               "GET /v1.41/containers/json?all=1&filters=%7B%22label%22%3A%5B%22reaperd.session%3Ds%201%22%5D%7D "
+               "HTTP/1.1");
+}
+
+BOOST_AUTO_TEST_CASE(a_connection_the_engine_dropped_while_idle_is_replaced_once) {
+    // The fake closes every connection after one answer without saying so, as an engine
+    // restart would; the next call must not fail for it.
+    FakeEngine fake([](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) return Scripted{version_reply, false, true};
+        return Scripted{http(200, "[]"), false, true};
+    });
+    Client client(fake.options());
+    for (int i = 0; i < 5; ++i) client.list_containers({});
+    BOOST_TEST(fake.connections_accepted() >= 5);
+}
+
+BOOST_AUTO_TEST_CASE(connections_are_reused_not_reopened) {
+    FakeEngine fake(answering({http(200, "[]")}));
+    Client client(fake.options());
+    for (int i = 0; i < 20; ++i) client.list_containers({});
+    BOOST_TEST(fake.connections_accepted() == 1);
+    BOOST_TEST(client.open_connections() == 1u);
+    client.close();
+    BOOST_TEST(client.open_connections() == 0u);
+}
+
+// ---- event streams ---------------------------------------------------------------------
+
+namespace {
+std::string chunked_events(const std::vector<std::string>& lines, bool terminate) {
+    std::string out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (const auto& l : lines) {
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx", l.size());
+        out += size + std::string("\r\n") + l + "\r\n";
+    }
+    if (terminate) out += "0\r\n\r\n";
+    return out;
+}
+const std::string create_event =
+    R"({"Type":"container","Action":"create","Actor":{"ID":"abc","Attributes":{"name":"n","reaperd.session":"s"}},"timeNano":5})"
+    "\n";
+}  // namespace
+
+struct StreamFault {
+    const char* name;
+    Scripted reply;
+    EngineErrorKind kind;
+    const char* message;
+};
+std::ostream& operator<<(std::ostream& out, const StreamFault& f) { return out << f.name; }
+
+const StreamFault stream_faults[] = {
+    {"engine ends the stream", {chunked_events({create_event}, true)}, EngineErrorKind::Unreachable,
+     "ended the event stream"},
+    {"connection drops", {chunked_events({create_event}, false), false, true}, EngineErrorKind::Unreachable, ""},
+    {"line cut short, then the end", {chunked_events({create_event, R"({"Type":"contai)"}, true)},
+     EngineErrorKind::Protocol, "inside an event"},
+    {"garbage line", {chunked_events({create_event, "not json at all\n"}, false), true}, EngineErrorKind::Protocol,
+     "unparseable JSON"},
+    {"500 instead of a stream", {http(500, R"({"message":"events broke"})")}, EngineErrorKind::Server,
+     "events broke"},
+};
+
+BOOST_DATA_TEST_CASE(broken_event_streams_end_with_typed_errors, bdata::make(stream_faults), fault) {
+    FakeEngine fake(answering(fault.reply));
+    Client client(fake.options(1000ms));
+    std::vector<Event> seen;
+    try {
+        auto stream = client.events({});
+        while (auto e = stream->next()) seen.push_back(*e);
+        BOOST_FAIL("the stream ended without an error");
+    } catch (const EngineError& e) {
+        BOOST_TEST(e.kind() == fault.kind, e.what());
+        BOOST_TEST(std::string(e.what()).find(fault.message) != std::string::npos, e.what());
+    }
+    if (fault.kind != EngineErrorKind::Server) {
+        BOOST_REQUIRE_EQUAL(seen.size(), 1u);
+        BOOST_TEST(seen[0].id == "abc");
+        BOOST_TEST(seen[0].action == "create");
+        BOOST_TEST(seen[0].attributes.at("reaperd.session") == "s");
+        BOOST_TEST(seen[0].time_nano == 5);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_stream_with_until_ends_normally_at_its_end) {
+    FakeEngine fake(answering({chunked_events({create_event}, true)}));
+    Client client(fake.options());
+    auto stream = client.events({.until = 100});
+    BOOST_TEST(stream->next().has_value());
+    BOOST_TEST(!stream->next().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(cancel_unblocks_a_reader_of_a_silent_stream) {
+    FakeEngine fake(answering({chunked_events({}, false), true}));
+    Client client(fake.options());
+    auto stream = client.events({});
+    std::optional<Event> result{Event{}};
+    std::thread reader([&] { result = stream->next(); });
+    std::this_thread::sleep_for(100ms);
+    auto t0 = std::chrono::steady_clock::now();
+    stream->cancel();
+    reader.join();
+    BOOST_TEST((std::chrono::steady_clock::now() - t0) < 100ms);
+    BOOST_TEST(!result.has_value());
+}
