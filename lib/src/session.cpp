@@ -250,6 +250,9 @@ void Session::wait_ready(const std::vector<std::string>& probe, milliseconds tim
                 if (!probe_passed) log(LogLevel::Debug, "readiness probe exited " + std::to_string(exit_code));
             } catch (const Conflict&) {
                 // The container stopped under the probe: the next inspect tells how.
+            } catch (const Timeout&) {
+                log(LogLevel::Debug, "readiness probe did not finish within " +
+                                         std::to_string(probe_timeout.count()) + " ms");
             }
         }
         const bool ready = state.running && healthy && probe_passed;
