@@ -119,11 +119,23 @@ void write_stderr_line(Priority priority, std::string_view message_id, std::stri
                        const std::vector<LogField>& fields) {
     // "<N>" first: when this stream does end up in journald (e.g. JOURNAL_STREAM forced
     // off), it still takes the priority from it.
-    std::string line = "<" + std::to_string(static_cast<int>(priority)) + ">" +
-                       priority_name(priority) + ": " + escaped(message, false);
-    for (const auto& f : fields) line += " " + f.name + "=" + escaped(f.value, true);
-    if (!message_id.empty()) line += " MESSAGE_ID=" + std::string(message_id);
-    line += "\n";
+    std::string line = "<";
+    line += std::to_string(static_cast<int>(priority));
+    line += ">";
+    line += priority_name(priority);
+    line += ": ";
+    line += escaped(message, false);
+    for (const auto& f : fields) {
+        line += ' ';
+        line += f.name;
+        line += '=';
+        line += escaped(f.value, true);
+    }
+    if (!message_id.empty()) {
+        line += " MESSAGE_ID=";
+        line += message_id;
+    }
+    line += '\n';
     std::lock_guard lock(stderr_mutex);
     std::fwrite(line.data(), 1, line.size(), stderr);
     std::fflush(stderr);
