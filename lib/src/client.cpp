@@ -161,7 +161,9 @@ std::string stringify(const Object& object) {
     return out.str();
 }
 
-Event parse_event(const std::string& line) {
+}  // namespace
+
+Event parse_event_line(const std::string& line) {
     auto object = parse_object(line, "event");
     Event event;
     event.type = str(object, "Type");
@@ -175,8 +177,6 @@ Event parse_event(const std::string& line) {
     if (event.id.empty()) event.id = str(object, "id");
     return event;
 }
-
-}  // namespace
 
 // ---- the client -------------------------------------------------------------------------
 
@@ -438,7 +438,7 @@ public:
             if (in_->eof()) throw ProtocolError(0, "", what_ + ": the stream ended inside an event: " + line.substr(0, 200));
             if (!line.empty() && line.back() == '\r') line.pop_back();
             if (line.empty()) continue;
-            return parse_event(line);
+            return parse_event_line(line);
         }
     }
 

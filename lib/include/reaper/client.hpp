@@ -46,6 +46,9 @@ struct ClientOptions {
 // Query-string helpers, public for their unit tests.
 std::string url_encode(std::string_view text);
 std::string encode_filters(const Filters& filters);  // the JSON the engine wants in ?filters=
+// Decodes one line of the engine's /events stream. Throws ProtocolError on anything that is
+// not a JSON object; missing fields are left empty.
+Event parse_event_line(const std::string& line);
 // Compares dotted versions numerically: <0, 0, >0.
 int compare_api_versions(std::string_view a, std::string_view b);
 
