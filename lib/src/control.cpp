@@ -4,6 +4,7 @@
 #include <Poco/Exception.h>
 #include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
+#include <Poco/JSON/ParseHandler.h>
 #include <Poco/JSON/Parser.h>
 #include <Poco/Net/SocketAddress.h>
 #include <Poco/Net/StreamSocket.h>
@@ -125,7 +126,8 @@ Poco::JSON::Object::Ptr parse_object(std::string_view line, std::size_t max_byte
     }
     Poco::Dynamic::Var parsed;
     try {
-        Poco::JSON::Parser parser;
+        // Keeping the key order lets the daemon's status read the way it was written.
+        Poco::JSON::Parser parser(new Poco::JSON::ParseHandler(true));
         parser.setDepth(max_depth);
         parsed = parser.parse(std::string(line));
     } catch (const Poco::Exception& e) {

@@ -1,0 +1,143 @@
+#include "reaperctl_format.hpp"
+
+#include <Poco/Dynamic/Var.h>
+#include <Poco/Exception.h>
+#include <Poco/JSON/Array.h>
+#include <Poco/JSON/Object.h>
+#include <Poco/JSON/ParseHandler.h>
+#include <Poco/JSON/Parser.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace reaperd {
+
+namespace {
+
+using Poco::Dynamic::Var;
+using Poco::JSON::Array;
+using Poco::JSON::Object;
+
+bool is_object(const Var& value) { return value.type() == typeid(Object::Ptr); }
+bool is_array(const Var& value) { return value.type() == typeid(Array::Ptr); }
+
+std::string label(const std::string& key) {
+    std::string out = key;
+    std::replace(out.begin(), out.end(), '_', ' ');
+    return out;
+}
+
+std::string scalar_text(const Var& value) {
+    if (value.isEmpty()) return "-";
+    if (is_object(value)) {
+        std::ostringstream out;
+        value.extract<Object::Ptr>()->stringify(out);
+        return out.str();
+    }
+    if (is_array(value)) {
+        std::ostringstream out;
+        value.extract<Array::Ptr>()->stringify(out);
+        return out.str();
+    }
+    if (value.isBoolean()) return value.extract<bool>() ? "yes" : "no";
+    return value.convert<std::string>();
+}
+
+bool all_objects(const Array& array) {
+    for (std::size_t i = 0; i < array.size(); ++i) {
+        if (!is_object(array.get(i))) return false;
+    }
+    return array.size() > 0;
+}
+
+void render_table(const Array& rows, const std::string& indent, std::ostringstream& out) {
+    std::vector<std::string> columns;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto row = rows.getObject(static_cast<unsigned>(i));
+        for (const auto& key : row->getNames()) {
+            if (std::find(columns.begin(), columns.end(), key) == columns.end()) columns.push_back(key);
+        }
+    }
+    std::vector<std::vector<std::string>> cells;
+    std::vector<std::size_t> widths;
+    std::vector<std::string> header;
+    for (const auto& column : columns) {
+        std::string name = label(column);
+        std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) {
+            return static_cast<char>(std::toupper(c));
+        });
+        header.push_back(name);
+        widths.push_back(name.size());
+    }
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto row = rows.getObject(static_cast<unsigned>(i));
+        std::vector<std::string> line;
+        for (std::size_t c = 0; c < columns.size(); ++c) {
+            line.push_back(row->has(columns[c]) ? scalar_text(row->get(columns[c])) : "-");
+            widths[c] = std::max(widths[c], line.back().size());
+        }
+        cells.push_back(std::move(line));
+    }
+    const auto print_row = [&](const std::vector<std::string>& line) {
+        std::string text = indent;
+        for (std::size_t c = 0; c < line.size(); ++c) {
+            text += line[c];
+            if (c + 1 < line.size()) text += std::string(widths[c] - line[c].size() + 2, ' ');
+        }
+        out << text << '\n';
+    };
+    print_row(header);
+    for (const auto& line : cells) print_row(line);
+}
+
+void render_object(const Object& object, const std::string& indent, std::ostringstream& out) {
+    // getNames() keeps the daemon's order; iterating the object would sort the keys.
+    for (const auto& key : object.getNames()) {
+        const auto value = object.get(key);
+        if (is_object(value)) {
+            const auto child = value.extract<Object::Ptr>();
+            if (child->size() == 0) {
+                out << indent << label(key) << ": none\n";
+                continue;
+            }
+            out << indent << label(key) << ":\n";
+            render_object(*child, indent + "  ", out);
+        } else if (is_array(value)) {
+            const auto array = value.extract<Array::Ptr>();
+            if (array->size() == 0) {
+                out << indent << label(key) << ": none\n";
+            } else if (all_objects(*array)) {
+                out << indent << label(key) << " (" << array->size() << "):\n";
+                render_table(*array, indent + "  ", out);
+            } else {
+                out << indent << label(key) << ": ";
+                for (std::size_t i = 0; i < array->size(); ++i) {
+                    out << (i ? ", " : "") << scalar_text(array->get(static_cast<unsigned>(i)));
+                }
+                out << '\n';
+            }
+        } else {
+            out << indent << label(key) << ": " << scalar_text(value) << '\n';
+        }
+    }
+}
+
+}  // namespace
+
+std::string format_status(std::string_view status_json) {
+    Var parsed;
+    try {
+        Poco::JSON::Parser parser(new Poco::JSON::ParseHandler(true));
+        parsed = parser.parse(std::string(status_json));
+    } catch (const Poco::Exception& e) {
+        throw std::invalid_argument("status is not valid JSON: " + e.message());
+    }
+    if (!is_object(parsed)) throw std::invalid_argument("status is not a JSON object");
+    std::ostringstream out;
+    render_object(*parsed.extract<Object::Ptr>(), "", out);
+    return out.str();
+}
+
+}  // namespace reaperd
