@@ -56,7 +56,8 @@ void Watcher::run() {
             // Subscribe before listing, so nothing that happens during the list is missed;
             // events about containers the list already had are harmless repeats.
             reaper::EventsOptions events_options;
-            events_options.filters = {{"type", {"container"}}, {"event", {"create", "destroy"}}};
+            events_options.filters = {{"type", {"container"}},
+                                      {"event", {"create", "start", "destroy"}}};
             std::unique_ptr<reaper::EventStream> stream = engine_.events(events_options);
             {
                 std::lock_guard lock(mutex_);
@@ -79,8 +80,9 @@ void Watcher::run() {
             failures = 0;
             while (auto event = stream->next()) {
                 if (event->type != "container") continue;
-                if (event->action == "create") {
-                    if (known_.count(event->id)) continue;
+                if (event->action == "create" || event->action == "start") {
+                    // A start is reported again: the engine sets LogPath only then.
+                    if (event->action == "create" && known_.count(event->id)) continue;
                     try {
                         auto info = engine_.inspect(event->id);
                         known_.insert(info.id);

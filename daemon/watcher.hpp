@@ -24,7 +24,7 @@ struct EngineUp {};                 // a list succeeded after start-up or a loss
 struct EngineDown {                 // the engine stopped answering or the stream broke
     std::string error;
 };
-struct Appeared {                   // a container not seen before (inspect info)
+struct Appeared {                   // a container not seen before, or just started (inspect info)
     reaper::ContainerInfo info;
 };
 struct Gone {                       // a container the engine no longer has

@@ -1,0 +1,662 @@
+#include "daemon.hpp"
+
+#include "log.hpp"
+#include "logcap.hpp"
+#include "notify.hpp"
+#include "policy.hpp"
+
+#include <Poco/JSON/Array.h>
+#include <Poco/JSON/Object.h>
+
+#include <csignal>
+#include <future>
+#include <sstream>
+
+#include <pthread.h>
+#include <signal.h>
+
+namespace reaperd {
+
+namespace {
+
+std::vector<LogField> container_fields(const std::string& id, const std::string& name,
+                                       const std::string& session, const std::string& action) {
+    std::vector<LogField> fields{{"CONTAINER_ID", id}, {"ACTION", action}};
+    if (!name.empty()) fields.push_back({"CONTAINER_NAME", name});
+    if (!session.empty()) fields.push_back({"SESSION_ID", session});
+    return fields;
+}
+
+sigset_t daemon_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    return set;
+}
+
+std::string plural(std::size_t n, const char* word) {
+    return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+Daemon::Daemon(Config config, reaper::Engine& engine, DaemonOptions options)
+    : config_(std::move(config)), engine_(engine), options_(std::move(options)) {}
+
+Daemon::~Daemon() {
+    signals_done_ = true;
+    if (signal_thread_.joinable()) signal_thread_.join();
+}
+
+// ---- messages from other threads --------------------------------------------------------
+
+void Daemon::post(Message message) {
+    {
+        std::lock_guard lock(queue_mutex_);
+        queue_.push_back(std::move(message));
+    }
+    queue_cv_.notify_one();
+}
+
+std::string Daemon::ask(std::function<std::string(TimePoint)> fn) {
+    auto promise = std::make_shared<std::promise<std::string>>();
+    auto future = promise->get_future();
+    post([promise, fn = std::move(fn)](TimePoint now) {
+        try {
+            promise->set_value(fn(now));
+        } catch (...) {
+            promise->set_exception(std::current_exception());
+        }
+    });
+    if (future.wait_for(std::chrono::seconds{10}) != std::future_status::ready)
+        throw std::runtime_error("the daemon's main loop did not answer within 10s");
+    return future.get();
+}
+
+void Daemon::request_stop() {
+    {
+        std::lock_guard lock(queue_mutex_);
+        stop_requested_ = true;
+    }
+    queue_cv_.notify_one();
+}
+
+void Daemon::request_reload() {
+    post([this](TimePoint now) { reload(now); });
+}
+
+void Daemon::lease_opened(const std::string& session, std::uint64_t connection_id) {
+    post([this, session, connection_id](TimePoint now) {
+        bool revived = registry_.sessions.count(session) &&
+                       registry_.sessions.at(session).state() == SessionState::ended;
+        auto before = registry_.sessions.count(session) ? registry_.sessions.at(session).state()
+                                                        : SessionState::unclaimed;
+        registry_.lease_opened(session, connection_id, now);
+        if (before != SessionState::leased) dirty_ = true;
+        if (revived)
+            log(Priority::info, {}, "ended session leased again; it is alive",
+                {{"SESSION_ID", session}});
+    });
+}
+
+void Daemon::lease_closed(const std::string& session, std::uint64_t connection_id) {
+    post([this, session, connection_id](TimePoint now) {
+        registry_.lease_closed(session, connection_id, config_.sessions.lease_grace, now);
+        auto it = registry_.sessions.find(session);
+        if (it != registry_.sessions.end() && it->second.state() != SessionState::leased)
+            dirty_ = true;
+    });
+}
+
+void Daemon::end_session(const std::string& session) {
+    post([this, session](TimePoint now) {
+        if (registry_.end_session(session, "end", now)) {
+            dirty_ = true;
+            metrics_.action("end_session");
+            log(Priority::notice, message_id::session_ended, "session ended by its owner",
+                {{"SESSION_ID", session}, {"ACTION", "end_session"}, {"REASON", "end"}});
+        }
+    });
+}
+
+void Daemon::orphan_reported(const std::string& container, const std::string& session) {
+    post([this, container, session](TimePoint now) {
+        std::string name;
+        std::string owner = session;
+        auto known = registry_.containers.find(container);
+        if (known != registry_.containers.end()) {
+            if (!known->second.session) {
+                log(Priority::warning, {},
+                    "orphan report refused: the container carries no session label",
+                    container_fields(container, known->second.info.name, session, "none"));
+                return;
+            }
+            name = known->second.info.name;
+            owner = *known->second.session;
+        }
+        // An unknown container is queued too: the reaper inspects it before removing and
+        // leaves it alone unless it carries a session label.
+        if (config_.reaper.dry_run) {
+            metrics_.action("would_reap");
+            log(Priority::notice, message_id::would_reap, "dry run: would reap reported orphan",
+                container_fields(container, name, owner, "would_reap"));
+            return;
+        }
+        if (registry_.add_pending(container, name, owner, "orphan", now)) dirty_ = true;
+    });
+}
+
+std::string Daemon::status_json() {
+    return ask([this](TimePoint now) { return render_status(now); });
+}
+
+std::string Daemon::metrics_text() {
+    return ask([this](TimePoint) { return render_metrics(); });
+}
+
+// ---- the loop ----------------------------------------------------------------------------
+
+int Daemon::run() {
+    // Block the signals in this thread before any other starts, so every thread inherits
+    // the mask and only the signal thread's sigtimedwait() ever sees them.
+    sigset_t signals = daemon_signals();
+    if (options_.handle_signals) {
+        pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+        signal_thread_ = std::thread([this] { signal_thread(); });
+    }
+
+    TimePoint now = Clock::now();
+    start_up(now);
+    loop_running_ = true;
+    for (;;) {
+        std::deque<Message> batch;
+        bool stop;
+        {
+            std::lock_guard lock(queue_mutex_);
+            batch.swap(queue_);
+            stop = stop_requested_;
+        }
+        now = Clock::now();
+        for (auto& message : batch) message(now);
+        if (stop) break;
+        turn(now);
+
+        TimePoint wake = now + std::chrono::seconds{60};
+        if (auto next = decide(registry_, config_, now).next_wake) wake = std::min(wake, *next);
+        wake = std::min(wake, next_resync_);
+        if (watchdog_interval_) wake = std::min(wake, next_watchdog_);
+        std::unique_lock lock(queue_mutex_);
+        queue_cv_.wait_for(lock, std::max(Clock::duration{0}, wake - now),
+                           [this] { return !queue_.empty() || stop_requested_; });
+    }
+    shut_down();
+    return 0;
+}
+
+void Daemon::start_up(TimePoint now) {
+    log(Priority::info, {}, std::string("reaperd ") + REAPER_VERSION + " starting",
+        {{"DRY_RUN", config_.reaper.dry_run ? "true" : "false"}});
+    state_ = std::make_unique<StateStore>(config_.state.dir);
+    try {
+        registry_.restore(state_->load(), config_.sessions.lease_grace, now);
+    } catch (const StateCorrupt& e) {
+        std::string aside;
+        try {
+            aside = state_->set_aside(now);
+        } catch (const std::exception& move_error) {
+            aside = std::string("(could not be moved: ") + move_error.what() + ")";
+        }
+        log(Priority::err, {},
+            std::string("state file is corrupt; kept aside as ") + aside +
+                "; rebuilding from the engine",
+            {{"ERROR", e.what()}});
+    }
+    dirty_ = true;
+
+    if (options_.log_caps) {
+        LogCapper::Options capper_options;
+        capper_options.logs = config_.logs;
+        capper_options.dry_run = config_.reaper.dry_run;
+        try {
+            capper_ = std::make_unique<LogCapper>(engine_, capper_options);
+            capper_->start();
+        } catch (const std::exception& e) {
+            capper_.reset();
+            log(Priority::err, {}, "log caps are unavailable", {{"ERROR", e.what()}});
+        }
+    }
+
+    pool_ = std::make_unique<ReaperPool>(engine_, config_.reaper.concurrency,
+                                         [this](ReapResult result) {
+                                             post([this, result = std::move(result)](TimePoint t) {
+                                                 on_reap_result(result, t);
+                                             });
+                                         });
+    watcher_ = std::make_unique<Watcher>(
+        engine_, WatcherOptions{config_.reaper.retry_initial, config_.reaper.retry_max},
+        [this](WatchEvent event) {
+            post([this, event = std::move(event)](TimePoint t) { on_watch(event, t); });
+        });
+    if (options_.control_server) {
+        control_ = std::make_unique<ControlServer>(config_.control, *this);
+        control_->start();
+        if (!config_.metrics.listen.empty()) {
+            metrics_http_ = std::make_unique<MetricsHttpServer>(config_.metrics.listen,
+                                                                [this] { return metrics_text(); });
+            metrics_http_->start();
+        }
+    }
+    watcher_->start();
+    next_resync_ = now + config_.reaper.resync_interval;
+    watchdog_interval_ = notify::watchdog_interval();
+    next_watchdog_ = now;
+    publish_status();
+}
+
+void Daemon::turn(TimePoint now) {
+    if (watchdog_interval_ && now >= next_watchdog_) {
+        notify::watchdog();
+        next_watchdog_ = now + *watchdog_interval_;
+    }
+    if (now >= next_resync_) {
+        watcher_->resync();
+        next_resync_ = now + config_.reaper.resync_interval;
+    }
+    apply_decisions(now);
+    save_state_if_dirty();
+    publish_status();
+}
+
+void Daemon::apply_decisions(TimePoint now) {
+    // Ending a session queues its containers; queued reaps are attempted on the next pass.
+    for (int pass = 0; pass < 3; ++pass) {
+        Decision d = decide(registry_, config_, now);
+        for (const auto& end : d.end) {
+            if (!registry_.end_session(end.session, end.reason, now)) continue;
+            dirty_ = true;
+            metrics_.action("end_session");
+            log(Priority::notice, message_id::session_ended,
+                end.reason == "lease_expired" ? "session ended: its last lease closed and "
+                                                "lease_grace passed"
+                                              : "session ended: it never took a lease within "
+                                                "unclaimed_grace",
+                {{"SESSION_ID", end.session}, {"ACTION", "end_session"}, {"REASON", end.reason}});
+        }
+        for (const auto& id : d.forget) {
+            auto it = registry_.sessions.find(id);
+            if (it == registry_.sessions.end()) continue;
+            if (it->second.ended_at) dirty_ = true;
+            if (it->second.leases.empty())
+                registry_.sessions.erase(it);
+            else
+                it->second.ended_at.reset();
+        }
+        for (const auto& reap : d.reap) {
+            if (config_.reaper.dry_run) {
+                registry_.would_reap_logged.insert(reap.container);
+                metrics_.action("would_reap");
+                log(Priority::notice, message_id::would_reap, "dry run: would reap container",
+                    container_fields(reap.container, reap.name, reap.session, "would_reap"));
+                continue;
+            }
+            if (registry_.add_pending(reap.container, reap.name, reap.session, reap.reason, now))
+                dirty_ = true;
+        }
+        for (const auto& id : d.attempt) {
+            auto& pending = registry_.pending.at(id);
+            pending.in_flight = true;
+            ++in_flight_;
+            pool_->submit({id, config_.sessions.labels});
+        }
+        if (d.end.empty() && d.reap.empty() && d.forget.empty()) break;
+    }
+}
+
+void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
+    if (std::holds_alternative<watch::EngineUp>(event)) {
+        if (engine_state_ == EngineState::down) {
+            metrics_.engine_reconnect();
+            log(Priority::notice, message_id::engine_back, "engine is back",
+                {{"ENGINE", options_.engine_address}});
+            // Retries waited on the engine; it is here now.
+            for (auto& [id, pending] : registry_.pending) pending.next_attempt = now;
+        }
+        engine_state_ = EngineState::up;
+        if (!ready_) {
+            ready_ = true;
+            publish_status();
+            notify::ready();
+            log(Priority::info, {}, "ready",
+                {{"TRACKED_CONTAINERS", std::to_string(registry_.tracked_count())}});
+        }
+    } else if (auto* down = std::get_if<watch::EngineDown>(&event)) {
+        if (engine_state_ != EngineState::down) {
+            log(Priority::warning, message_id::engine_lost,
+                "engine lost; retrying with backoff",
+                {{"ENGINE", options_.engine_address}, {"ERROR", down->error}});
+        }
+        engine_state_ = EngineState::down;
+    } else if (auto* appeared = std::get_if<watch::Appeared>(&event)) {
+        container_appeared(appeared->info, now);
+    } else if (auto* gone = std::get_if<watch::Gone>(&event)) {
+        container_gone(gone->id);
+    } else if (auto* listed = std::get_if<watch::Listed>(&event)) {
+        std::vector<std::string> vanished;
+        for (const auto& [id, known] : registry_.containers)
+            if (!listed->ids.count(id)) vanished.push_back(id);
+        for (const auto& id : vanished) container_gone(id);
+        // Reaps of containers that no longer exist are done, whoever removed them.
+        for (auto it = registry_.pending.begin(); it != registry_.pending.end();) {
+            if (!it->second.in_flight && !listed->ids.count(it->first) &&
+                !registry_.containers.count(it->first)) {
+                // An orphan report may name a container by name; only ids are listed, so
+                // leave those to the reaper's own inspect.
+                bool by_id = it->first.size() == 64;
+                if (by_id) {
+                    log(Priority::info, {}, "pending reap dropped: the container is gone",
+                        container_fields(it->first, it->second.name, it->second.session,
+                                         "none"));
+                    it = registry_.pending.erase(it);
+                    dirty_ = true;
+                    continue;
+                }
+            }
+            ++it;
+        }
+    }
+}
+
+// The one place where containers enter and leave what the daemon watches: the registry and
+// the log capper both learn of them here.
+void Daemon::container_appeared(const reaper::ContainerInfo& info, TimePoint now) {
+    if (auto warning = registry_.upsert_container(info, config_.sessions, now))
+        log(Priority::warning, {}, *warning,
+            {{"CONTAINER_ID", info.id}, {"CONTAINER_NAME", info.name}});
+    const auto& session = registry_.containers.at(info.id).session;
+    if (capper_) {
+        ContainerLog container;
+        container.id = info.id;
+        container.name = info.name;
+        container.session = session.value_or("");
+        container.log_path = info.log_path;
+        container.log_driver = info.log_driver;
+        container.labels = info.labels;
+        capper_->add(std::move(container));
+    }
+}
+
+void Daemon::container_gone(const std::string& id) {
+    registry_.containers.erase(id);
+    registry_.would_reap_logged.erase(id);
+    auto pending = registry_.pending.find(id);
+    if (pending != registry_.pending.end() && !pending->second.in_flight) {
+        registry_.pending.erase(pending);
+        dirty_ = true;
+    }
+    if (capper_) capper_->remove(id);
+}
+
+void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
+    if (in_flight_ > 0) --in_flight_;
+    auto it = registry_.pending.find(result.container);
+    if (it == registry_.pending.end()) return;
+    PendingReap& pending = it->second;
+    pending.in_flight = false;
+    auto fields = container_fields(result.container, pending.name, pending.session, "remove");
+    fields.push_back({"REASON", pending.reason});
+    switch (result.outcome) {
+        case ReapOutcome::removed:
+            metrics_.reap_done();
+            metrics_.action("reap");
+            log(Priority::notice, message_id::container_reaped, "container reaped",
+                std::move(fields));
+            registry_.pending.erase(it);
+            registry_.containers.erase(result.container);
+            dirty_ = true;
+            break;
+        case ReapOutcome::gone:
+            log(Priority::info, {}, "container already gone; nothing to reap", std::move(fields));
+            registry_.pending.erase(it);
+            registry_.containers.erase(result.container);
+            dirty_ = true;
+            break;
+        case ReapOutcome::not_owned:
+            log(Priority::warning, {},
+                "not reaped: the container carries no session label; left alone",
+                std::move(fields));
+            registry_.pending.erase(it);
+            dirty_ = true;
+            break;
+        case ReapOutcome::in_progress:
+            // The engine is removing it already: look again soon without counting a failure.
+            pending.next_attempt = now + config_.reaper.retry_initial;
+            break;
+        case ReapOutcome::failed: {
+            ++pending.failures;
+            metrics_.reap_failed();
+            std::uniform_real_distribution<double> jitter(0.0, 1.0);
+            Duration delay = retry_delay(pending.failures, config_.reaper.retry_initial,
+                                         config_.reaper.retry_max, jitter(random_));
+            pending.next_attempt = now + delay;
+            bool give_up_level = pending.failures >= config_.reaper.error_after_attempts;
+            fields.push_back({"ERROR", result.error});
+            fields.push_back({"ATTEMPT", std::to_string(pending.failures)});
+            fields.push_back({"RETRY_IN", format_duration(delay)});
+            log(give_up_level ? Priority::err : Priority::warning, message_id::reap_failed,
+                give_up_level ? "reap keeps failing; still retrying" : "reap failed; will retry",
+                std::move(fields));
+            dirty_ = true;
+            break;
+        }
+    }
+}
+
+void Daemon::save_state_if_dirty() {
+    if (!dirty_ || !state_) return;
+    try {
+        state_->save(registry_.persisted());
+        dirty_ = false;
+        if (state_save_failing_) log(Priority::info, {}, "state saved again", {});
+        state_save_failing_ = false;
+    } catch (const std::exception& e) {
+        // Keep running on what is in memory; retried on the next turn with anything new.
+        if (!state_save_failing_)
+            log(Priority::err, {}, "cannot save state", {{"ERROR", e.what()}});
+        state_save_failing_ = true;
+    }
+}
+
+std::string Daemon::status_line() const {
+    const char* engine = engine_state_ == EngineState::up     ? "engine up"
+                         : engine_state_ == EngineState::down ? "engine down"
+                                                              : "waiting for the engine";
+    std::string line = std::string(engine) + "; " + plural(registry_.sessions.size(), "session") +
+                       ", " + plural(registry_.tracked_count(), "container") + ", " +
+                       plural(registry_.pending.size(), "pending reap");
+    if (config_.reaper.dry_run) line += " (dry run)";
+    return line;
+}
+
+void Daemon::publish_status() {
+    std::string line = status_line();
+    if (line == last_status_line_) return;
+    last_status_line_ = line;
+    notify::status(line);
+}
+
+void Daemon::reload(TimePoint now) {
+    notify::reloading();
+    try {
+        Config fresh = options_.config_path.empty() ? config_ : load_config(options_.config_path);
+        auto restart_needed = [&](bool changed, const char* key) {
+            if (changed)
+                log(Priority::warning, {},
+                    std::string(key) + " changed; it takes effect when reaperd restarts", {});
+        };
+        restart_needed(fresh.engine.host != config_.engine.host ||
+                           fresh.engine.request_timeout != config_.engine.request_timeout,
+                       "engine");
+        restart_needed(fresh.control.socket != config_.control.socket ||
+                           fresh.control.group != config_.control.group,
+                       "control");
+        restart_needed(fresh.state.dir != config_.state.dir, "state.dir");
+        restart_needed(fresh.reaper.concurrency != config_.reaper.concurrency,
+                       "reaper.concurrency");
+        fresh.engine = config_.engine;
+        fresh.control = config_.control;
+        fresh.state = config_.state;
+        fresh.reaper.concurrency = config_.reaper.concurrency;
+        bool labels_changed = fresh.sessions.labels != config_.sessions.labels;
+        config_ = std::move(fresh);
+        if (labels_changed) registry_.rederive_sessions(config_.sessions, now);
+        watcher_->set_options({config_.reaper.retry_initial, config_.reaper.retry_max});
+        if (capper_) capper_->reconfigure(config_.logs);
+        next_resync_ = std::min(next_resync_, now + config_.reaper.resync_interval);
+        log(Priority::info, {}, "configuration reloaded", {{"CONFIG", options_.config_path}});
+    } catch (const ConfigError& e) {
+        std::string problems;
+        for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + p.to_string();
+        log(Priority::err, {}, "configuration not reloaded; keeping the running one",
+            {{"CONFIG", options_.config_path}, {"ERROR", problems}});
+    } catch (const std::exception& e) {
+        log(Priority::err, {}, "configuration not reloaded; keeping the running one",
+            {{"CONFIG", options_.config_path}, {"ERROR", e.what()}});
+    }
+    notify::ready();
+}
+
+void Daemon::shut_down() {
+    notify::stopping();
+    log(Priority::info, {}, "stopping", {{"IN_FLIGHT", std::to_string(in_flight_)}});
+    if (metrics_http_) metrics_http_->stop();
+    if (control_) control_->stop();
+    // Queued attempts not yet started stay pending (and saved); those running may finish.
+    for (const auto& job : pool_->drain_queue()) {
+        auto it = registry_.pending.find(job.container);
+        if (it != registry_.pending.end()) it->second.in_flight = false;
+        if (in_flight_ > 0) --in_flight_;
+    }
+    auto deadline = Clock::now() + options_.stop_timeout;
+    while (in_flight_ > 0) {
+        std::deque<Message> batch;
+        {
+            std::unique_lock lock(queue_mutex_);
+            if (!queue_cv_.wait_until(lock, deadline, [this] { return !queue_.empty(); })) break;
+            batch.swap(queue_);
+        }
+        TimePoint now = Clock::now();
+        for (auto& message : batch) message(now);
+    }
+    if (in_flight_ > 0)
+        log(Priority::warning, {}, "stopping with removals still in flight; they stay pending",
+            {{"IN_FLIGHT", std::to_string(in_flight_)}});
+    dirty_ = true;
+    save_state_if_dirty();
+    loop_running_ = false;
+    if (capper_) capper_->stop();
+    engine_.close();
+    watcher_->stop();
+    pool_->stop();
+    signals_done_ = true;
+    if (signal_thread_.joinable()) signal_thread_.join();
+    log(Priority::info, {}, "stopped", {});
+}
+
+void Daemon::signal_thread() {
+    sigset_t signals = daemon_signals();
+    timespec timeout{0, 200'000'000};
+    while (!signals_done_) {
+        int signo = sigtimedwait(&signals, nullptr, &timeout);
+        if (signo == SIGTERM || signo == SIGINT) {
+            request_stop();
+        } else if (signo == SIGHUP) {
+            request_reload();
+        }
+    }
+}
+
+// ---- rendering ---------------------------------------------------------------------------
+
+std::string Daemon::render_status(TimePoint now) const {
+    Poco::JSON::Object root;
+    root.set("engine", engine_state_ == EngineState::up     ? "up"
+                       : engine_state_ == EngineState::down ? "down"
+                                                            : "starting");
+    root.set("ready", ready_);
+    root.set("dry_run", config_.reaper.dry_run);
+    Poco::JSON::Array sessions;
+    for (const auto& [id, s] : registry_.sessions) {
+        Poco::JSON::Object o;
+        o.set("id", id);
+        SessionState state = s.state();
+        o.set("state", to_string(state));
+        o.set("leases", static_cast<std::uint64_t>(s.leases.size()));
+        o.set("containers", static_cast<std::uint64_t>(registry_.containers_of(id)));
+        std::optional<TimePoint> deadline;
+        if (state == SessionState::grace) deadline = s.grace_deadline;
+        if (state == SessionState::ended) deadline = *s.ended_at + config_.sessions.tombstone_ttl;
+        if (state == SessionState::unclaimed && config_.sessions.unclaimed_grace.count() > 0)
+            deadline = s.first_seen + config_.sessions.unclaimed_grace;
+        if (deadline) {
+            o.set("deadline", format_rfc3339(*deadline));
+            o.set("deadline_in_ms",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - now).count());
+        } else {
+            o.set("deadline", Poco::Dynamic::Var());
+            o.set("deadline_in_ms", Poco::Dynamic::Var());
+        }
+        if (state == SessionState::ended) o.set("end_reason", s.end_reason);
+        sessions.add(o);
+    }
+    root.set("sessions", sessions);
+    root.set("tracked_containers", static_cast<std::uint64_t>(registry_.tracked_count()));
+    root.set("pending_reaps", static_cast<std::uint64_t>(registry_.pending.size()));
+    Poco::JSON::Array pending;
+    for (const auto& [id, p] : registry_.pending) {
+        Poco::JSON::Object o;
+        o.set("container", id);
+        o.set("name", p.name);
+        o.set("session", p.session);
+        o.set("reason", p.reason);
+        o.set("failures", p.failures);
+        o.set("in_flight", p.in_flight);
+        pending.add(o);
+    }
+    root.set("pending", pending);
+    Poco::JSON::Object counters;
+    counters.set("reaps_done", metrics_.reaps_done());
+    counters.set("reaps_failed", metrics_.reaps_failed());
+    counters.set("engine_reconnects", metrics_.engine_reconnects());
+    counters.set("log_bytes_dropped",
+                 capper_ ? capper_->counters().log_bytes_dropped : std::uint64_t{0});
+    Poco::JSON::Object actions;
+    auto all_actions = metrics_.actions();
+    for (const auto& [kind, count] : capper_actions()) all_actions[kind] += count;
+    for (const auto& [kind, count] : all_actions) actions.set(kind, count);
+    counters.set("actions", actions);
+    root.set("counters", counters);
+    std::ostringstream out;
+    root.stringify(out);
+    return out.str();
+}
+
+std::map<std::string, std::uint64_t> Daemon::capper_actions() const {
+    if (!capper_) return {};
+    auto c = capper_->counters();
+    return {{"truncate", c.truncations}, {"stop", c.stops}, {"kill", c.kills}, {"remove", c.removals}};
+}
+
+std::string Daemon::render_metrics() const {
+    Gauges gauges;
+    gauges.tracked_containers = registry_.tracked_count();
+    for (const auto& [id, s] : registry_.sessions) ++gauges.sessions_by_state[to_string(s.state())];
+    gauges.pending_reaps = registry_.pending.size();
+    gauges.engine_up = engine_state_ == EngineState::up;
+    if (capper_) gauges.log_bytes_dropped = capper_->counters().log_bytes_dropped;
+    gauges.log_actions = capper_actions();
+    return metrics_.render(gauges);
+}
+
+}  // namespace reaperd

@@ -1,0 +1,136 @@
+// The daemon: one main loop that owns the registry and the persisted state. Every other
+// thread (control server, engine watcher, reaper workers, signal thread) only posts
+// messages to the loop's queue; the loop is the only one to read the clock, asks the pure
+// policy (policy.hpp) what to do, and does it.
+//
+// status_json() returns this object (stable; reaperctl formats it):
+//   {"engine": "up"|"down"|"starting", "ready": bool, "dry_run": bool,
+//    "sessions": [{"id", "state": "leased"|"grace"|"ended"|"unclaimed", "leases": n,
+//                  "containers": n, "deadline": RFC 3339 or null, "deadline_in_ms": n or null,
+//                  "end_reason": "..." (ended only)}],
+//    "tracked_containers": n, "pending_reaps": n,
+//    "pending": [{"container", "name", "session", "reason", "failures", "in_flight"}],
+//    "counters": {"reaps_done", "reaps_failed", "engine_reconnects", "log_bytes_dropped",
+//                 "actions": {"<kind>": n}}}
+// A session's deadline: grace -> when it ends; ended -> when its tombstone expires;
+// unclaimed -> when unclaimed_grace ends it (if set); leased -> null.
+#pragma once
+
+#include "config.hpp"
+#include "control_server.hpp"
+#include "metrics.hpp"
+#include "metrics_http.hpp"
+#include "reaper.hpp"
+#include "registry.hpp"
+#include "state.hpp"
+#include "watcher.hpp"
+
+#include <reaper/engine.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+
+namespace reaperd {
+
+class LogCapper;
+
+struct DaemonOptions {
+    std::string config_path;      // re-read on SIGHUP; "" = reload keeps the config
+    std::string engine_address;   // for log records
+    bool handle_signals = true;   // SIGTERM/SIGINT stop, SIGHUP reloads
+    bool control_server = true;   // serve config.control.socket (and metrics.listen, if set)
+    bool log_caps = true;         // run the log capper (logcap.hpp)
+    // How long a stop waits for removals in flight before saving state and exiting.
+    std::chrono::milliseconds stop_timeout{std::chrono::seconds{20}};
+};
+
+class Daemon final : public ControlHandler {
+public:
+    // `engine` must outlive the daemon; run() closes it when it returns.
+    Daemon(Config config, reaper::Engine& engine, DaemonOptions options);
+    ~Daemon() override;
+    Daemon(const Daemon&) = delete;
+    Daemon& operator=(const Daemon&) = delete;
+
+    // Loads the state, starts every thread and turns the loop until a stop; then finishes
+    // removals in flight (bounded), saves the state and returns the exit code (0). Throws
+    // std::runtime_error at start-up (state dir, control socket) for main to map.
+    int run();
+    void request_stop();    // thread-safe, like SIGTERM
+    void request_reload();  // thread-safe, like SIGHUP
+
+    // ControlHandler: thread-safe; each call is posted to the loop.
+    void lease_opened(const std::string& session, std::uint64_t connection_id) override;
+    void lease_closed(const std::string& session, std::uint64_t connection_id) override;
+    void end_session(const std::string& session) override;
+    void orphan_reported(const std::string& container, const std::string& session) override;
+    std::string status_json() override;
+    std::string metrics_text() override;
+
+private:
+    using Message = std::function<void(TimePoint now)>;
+    void post(Message message);
+    // Runs `fn` on the loop and waits for its answer (control replies).
+    std::string ask(std::function<std::string(TimePoint)> fn);
+
+    void start_up(TimePoint now);
+    void turn(TimePoint now);
+    void shut_down();
+    void reload(TimePoint now);
+    void signal_thread();
+
+    void on_watch(const WatchEvent& event, TimePoint now);
+    void on_reap_result(const ReapResult& result, TimePoint now);
+    void container_appeared(const reaper::ContainerInfo& info, TimePoint now);
+    void container_gone(const std::string& id);
+    void apply_decisions(TimePoint now);
+    void save_state_if_dirty();
+    void publish_status();
+
+    std::string render_status(TimePoint now) const;
+    std::string render_metrics() const;
+    std::map<std::string, std::uint64_t> capper_actions() const;  // log-cap actions by kind
+    std::string status_line() const;
+
+    Config config_;
+    reaper::Engine& engine_;
+    DaemonOptions options_;
+    Registry registry_;
+    Metrics metrics_;
+    std::unique_ptr<StateStore> state_;
+    std::unique_ptr<ReaperPool> pool_;
+    std::unique_ptr<Watcher> watcher_;
+    std::unique_ptr<ControlServer> control_;
+    std::unique_ptr<LogCapper> capper_;
+    std::unique_ptr<MetricsHttpServer> metrics_http_;
+
+    enum class EngineState { starting, up, down } engine_state_ = EngineState::starting;
+    bool ready_ = false;
+    bool dirty_ = false;
+    bool state_save_failing_ = false;
+    std::string last_status_line_;
+    std::size_t in_flight_ = 0;
+    TimePoint next_resync_{};
+    TimePoint next_watchdog_{};
+    std::optional<std::chrono::milliseconds> watchdog_interval_;
+
+    std::mutex queue_mutex_;
+    std::condition_variable queue_cv_;
+    std::deque<Message> queue_;
+    bool stop_requested_ = false;  // guarded by queue_mutex_
+    std::atomic<bool> loop_running_{false};
+    std::atomic<bool> signals_done_{false};
+    std::thread signal_thread_;
+    std::minstd_rand random_{std::random_device{}()};
+};
+
+}  // namespace reaperd

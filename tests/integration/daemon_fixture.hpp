@@ -1,0 +1,235 @@
+// reaperd as a child process against the test's private engine: a temp dir holding its
+// config, state dir, control socket and log; helpers to start, SIGKILL, stop and query it,
+// and to make labeled containers.
+#pragma once
+
+#include "engine.hpp"
+
+#include <reaper/client.hpp>
+#include <reaper/control.hpp>
+
+#include <Poco/JSON/Object.h>
+#include <Poco/JSON/Parser.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace reaperd::itest {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+// Polls `condition` every 50 ms until it holds or `limit` passes (generous: the machine is
+// a loaded 2-core box). A condition that throws counts as not holding yet.
+inline bool eventually(const std::function<bool()>& condition,
+                       std::chrono::milliseconds limit = 60s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+        try {
+            if (condition()) return true;
+        } catch (const std::exception&) {
+            // The engine or the daemon is restarting: not yet.
+        }
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(50ms);
+    }
+}
+
+inline std::size_t fd_count(pid_t pid) {
+    std::size_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+         !ec && it != fs::directory_iterator(); it.increment(ec))
+        ++n;
+    return n;
+}
+
+class Reaperd {
+public:
+    // `extra_yaml` is appended to the config (whole sections, e.g. "sessions:\n  ...").
+    explicit Reaperd(std::string sessions_yaml = "", std::string reaper_yaml = "") {
+        char pattern[] = "/tmp/reaperd-itest.XXXXXX";
+        dir = ::mkdtemp(pattern);
+        socket = dir + "/control.sock";
+        write_config(sessions_yaml, reaper_yaml);
+    }
+    ~Reaperd() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+
+    void write_config(const std::string& sessions_yaml, const std::string& reaper_yaml) {
+        std::ofstream out(dir + "/reaperd.yaml");
+        out << "engine:\n  host: " << reaper::test::engine().address() << "\n"
+            << "control:\n  socket: " << socket << "\n"
+            << "state:\n  dir: " << dir << "/state\n"
+            << "sessions:\n  lease_grace: 2s\n" << sessions_yaml
+            << "reaper:\n  retry_initial: 200ms\n  retry_max: 2s\n  resync_interval: 30s\n"
+            << reaper_yaml;
+    }
+
+    // Starts reaperd and waits until it is ready (engine answered, initial list done).
+    void start(bool wait_ready = true) {
+        std::string config = dir + "/reaperd.yaml";
+        std::string log = dir + "/reaperd.log";
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                         O_WRONLY | O_CREAT | O_APPEND, 0644);
+        posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+        std::vector<std::string> args{REAPERD_PATH, "--config", config};
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        // No NOTIFY_SOCKET or JOURNAL_STREAM from the test's own environment.
+        std::vector<std::string> env;
+        for (char** e = environ; *e; ++e) {
+            std::string entry = *e;
+            if (entry.rfind("NOTIFY_SOCKET=", 0) && entry.rfind("JOURNAL_STREAM=", 0) &&
+                entry.rfind("WATCHDOG_", 0))
+                env.push_back(entry);
+        }
+        std::vector<char*> envp;
+        for (auto& e : env) envp.push_back(e.data());
+        envp.push_back(nullptr);
+        int rc = posix_spawn(&pid_, REAPERD_PATH, &actions, nullptr, argv.data(), envp.data());
+        posix_spawn_file_actions_destroy(&actions);
+        BOOST_REQUIRE_MESSAGE(rc == 0, "spawning reaperd: " << std::strerror(rc));
+        if (wait_ready)
+            BOOST_REQUIRE_MESSAGE(eventually([&] { return ready(); }),
+                                  "reaperd did not become ready; its log:\n" << log_text());
+        else
+            BOOST_REQUIRE_MESSAGE(eventually([&] { return answers(); }),
+                                  "reaperd did not answer; its log:\n" << log_text());
+    }
+
+    pid_t pid() const { return pid_; }
+    bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+    void sigkill() {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+    }
+    // SIGTERM; returns the exit status (or -1 if it did not exit within the limit).
+    int terminate(std::chrono::milliseconds limit = 60s) {
+        ::kill(pid_, SIGTERM);
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        int status = 0;
+        while (::waitpid(pid_, &status, WNOHANG) == 0) {
+            if (std::chrono::steady_clock::now() > deadline) return -1;
+            std::this_thread::sleep_for(20ms);
+        }
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+
+    reaper::control::ControlClient control() const {
+        return reaper::control::ControlClient(socket, 10s);
+    }
+    Poco::JSON::Object::Ptr status() const {
+        Poco::JSON::Parser parser;
+        return parser.parse(control().status_json()).extract<Poco::JSON::Object::Ptr>();
+    }
+    bool answers() const {
+        try {
+            status();
+            return true;
+        } catch (const std::exception&) {
+            return false;
+        }
+    }
+    bool ready() const {
+        try {
+            return status()->getValue<bool>("ready");
+        } catch (const std::exception&) {
+            return false;
+        }
+    }
+    // The session's state in status ("" when it is not listed).
+    std::string session_state(const std::string& session) const {
+        auto sessions = status()->getArray("sessions");
+        for (std::size_t i = 0; i < sessions->size(); ++i) {
+            auto s = sessions->getObject(static_cast<unsigned>(i));
+            if (s->getValue<std::string>("id") == session) return s->getValue<std::string>("state");
+        }
+        return "";
+    }
+    std::size_t pending_reaps() const { return status()->getValue<std::size_t>("pending_reaps"); }
+    std::string log_text() const {
+        std::ifstream in(dir + "/reaperd.log");
+        std::stringstream text;
+        text << in.rdbuf();
+        return text.str();
+    }
+    std::size_t log_count(const std::string& needle) const {
+        std::string text = log_text();
+        std::size_t n = 0;
+        for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+            ++n;
+        return n;
+    }
+
+    std::string dir;
+    std::string socket;
+
+private:
+    pid_t pid_ = -1;
+};
+
+// A client of the private engine for the test's own calls.
+inline reaper::Client& engine_client() {
+    static reaper::Client client(reaper::test::engine().client_options());
+    return client;
+}
+
+// Creates and starts a `sleep` container with `labels`; returns its id.
+inline std::string run_container(const reaper::Labels& labels, bool start = true) {
+    reaper::ContainerSpec spec;
+    spec.name = reaper::test::unique_name("reaperd-itest");
+    spec.image = reaper::test::PrivateEngine::image;
+    spec.cmd = {"sleep", "600"};
+    spec.labels = labels;
+    std::string id = engine_client().create(spec);
+    if (start) engine_client().start(id);
+    return id;
+}
+
+inline bool exists(const std::string& id) {
+    try {
+        engine_client().inspect(id);
+        return true;
+    } catch (const reaper::NotFound&) {
+        return false;
+    }
+}
+
+inline reaper::Labels session_label(const std::string& session) {
+    return {{"reaperd.session", session}};
+}
+
+}  // namespace reaperd::itest

@@ -1,0 +1,216 @@
+// reaperd as a child process against a real, private engine: leases, explicit ends,
+// the ownership rule under load, running containers, dry run, bad control input, fd leaks.
+#include "daemon_fixture.hpp"
+
+#include <Poco/Net/SocketAddress.h>
+#include <Poco/Net/StreamSocket.h>
+
+using namespace reaperd::itest;
+
+BOOST_AUTO_TEST_CASE(command_line_version_help_and_config_errors) {
+    auto run = [](const std::string& args) {
+        int status = std::system((std::string(REAPERD_PATH) + " " + args + " >/dev/null 2>&1").c_str());
+        return WEXITSTATUS(status);
+    };
+    BOOST_TEST(run("--version") == 0);
+    BOOST_TEST(run("--help") == 0);
+    BOOST_TEST(run("--bogus") == 64);
+    BOOST_TEST(run("") == 64);
+    Reaperd d;
+    BOOST_TEST(run("--check-config --config " + d.dir + "/reaperd.yaml") == 0);
+    std::ofstream(d.dir + "/bad.yaml") << "sessions:\n  lease_grace: soon\n  nope: 1\n";
+    BOOST_TEST(run("--check-config --config " + d.dir + "/bad.yaml") == 78);
+    BOOST_TEST(run("--config " + d.dir + "/bad.yaml") == 78);
+    BOOST_TEST(run("--config " + d.dir + "/missing.yaml") == 78);
+}
+
+BOOST_AUTO_TEST_CASE(a_dropped_lease_reaps_after_the_grace_and_not_before) {
+    Reaperd d;
+    d.start();
+    auto lease = d.control().lease("grace-1");
+    std::string a = run_container(session_label("grace-1"));
+    std::string b = run_container(session_label("grace-1"), false);  // created, never started
+    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 2; }));
+    BOOST_TEST(d.session_state("grace-1") == "leased");
+    lease->release();
+    BOOST_REQUIRE(eventually([&] { return d.session_state("grace-1") != "leased"; }));
+    auto released = std::chrono::steady_clock::now();
+    BOOST_TEST(exists(a));
+    BOOST_TEST(eventually([&] { return !exists(a) && !exists(b); }));
+    // lease_grace is 2s: nothing may go before it passed.
+    BOOST_TEST((std::chrono::steady_clock::now() - released >= 1500ms));
+    BOOST_TEST(d.session_state("grace-1") == "ended");
+    BOOST_TEST(d.log_count("container reaped") == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_lease_taken_again_within_the_grace_keeps_the_session) {
+    Reaperd d;
+    d.start();
+    std::string a = run_container(session_label("back-1"));
+    auto lease = d.control().lease("back-1");
+    BOOST_REQUIRE(eventually([&] { return d.session_state("back-1") == "leased"; }));
+    lease->release();
+    lease = d.control().lease("back-1");
+    std::this_thread::sleep_for(4s);  // twice lease_grace
+    BOOST_TEST(exists(a));
+    BOOST_TEST(d.session_state("back-1") == "leased");
+}
+
+BOOST_AUTO_TEST_CASE(an_explicit_end_reaps_promptly_and_later_containers_too) {
+    Reaperd d("  lease_grace: 60s\n");
+    d.start();
+    auto lease = d.control().lease("end-1");
+    std::string a = run_container(session_label("end-1"));
+    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 1; }));
+    auto ended = std::chrono::steady_clock::now();
+    d.control().end("end-1");
+    BOOST_TEST(eventually([&] { return !exists(a); }, 30s));
+    BOOST_TEST_MESSAGE("end to removed: " << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 std::chrono::steady_clock::now() - ended)
+                                                 .count()
+                                          << " ms");
+    // The tombstone: a container created later under the ended id goes too.
+    std::string late = run_container(session_label("end-1"));
+    BOOST_TEST(eventually([&] { return !exists(late); }, 30s));
+}
+
+BOOST_AUTO_TEST_CASE(unlabeled_and_leased_containers_survive_while_others_are_reaped) {
+    Reaperd d("  labels: [reaperd.session, org.testcontainers.sessionId]\n");
+    d.start();
+    auto keep_lease = d.control().lease("keep");
+    std::vector<std::string> survivors{
+        run_container({}),
+        run_container({{"app", "database"}}),
+        run_container({{"reaperd.sessionx", "doomed"}}),  // a near miss is not the label
+        run_container(session_label("keep")),
+        run_container({{"org.testcontainers.sessionId", "keep"}}),
+    };
+    std::vector<std::string> doomed;
+    for (int i = 0; i < 6; ++i)
+        doomed.push_back(run_container(i % 2 ? session_label("doomed")
+                                             : reaper::Labels{{"org.testcontainers.sessionId", "doomed"}}));
+    {
+        auto lease = d.control().lease("doomed");
+        BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 8; }));
+    }
+    // While the reaps run, orphan reports and ends aimed at survivors must change nothing.
+    d.control().report_orphan(survivors[0], "doomed");
+    d.control().report_orphan(survivors[1], "");
+    d.control().end("never-seen");
+    BOOST_TEST(eventually([&] {
+        for (const auto& id : doomed)
+            if (exists(id)) return false;
+        return true;
+    }));
+    std::this_thread::sleep_for(3s);
+    for (const auto& id : survivors) {
+        BOOST_TEST(exists(id), id);
+        BOOST_TEST(engine_client().inspect(id).state.running, id);
+    }
+    BOOST_TEST(d.session_state("keep") == "leased");
+    BOOST_TEST(d.pending_reaps() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_running_container_that_plain_delete_refuses_is_reaped) {
+    std::string id = run_container(session_label("running-1"));
+    // What a client's own cleanup sees: 409 on a plain delete.
+    try {
+        engine_client().remove(id, {});
+        BOOST_FAIL("plain delete of a running container succeeded");
+    } catch (const reaper::Conflict&) {
+    }
+    Reaperd d;
+    d.start();
+    d.control().report_orphan(id, "running-1");
+    BOOST_TEST(eventually([&] { return !exists(id); }, 30s));
+    BOOST_TEST(d.log_count("container reaped") == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(dry_run_removes_nothing_and_says_what_it_would_do) {
+    Reaperd d("", "  dry_run: true\n");
+    d.start();
+    std::string a = run_container(session_label("dry-1"));
+    std::string b = run_container(session_label("dry-1"));
+    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 2; }));
+    d.control().end("dry-1");
+    d.control().report_orphan(b, "dry-1");
+    BOOST_TEST(eventually([&] { return d.log_count("dry run: would reap") >= 2; }, 30s));
+    std::this_thread::sleep_for(3s);
+    BOOST_TEST(exists(a));
+    BOOST_TEST(exists(b));
+    BOOST_TEST(d.status()->getValue<bool>("dry_run"));
+    BOOST_TEST(d.log_count("container reaped") == 0u);
+    BOOST_TEST(d.log_count("8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a08") >= 2u);  // message_id::would_reap
+}
+
+BOOST_AUTO_TEST_CASE(garbage_on_the_control_socket_gets_an_error_and_the_daemon_carries_on) {
+    Reaperd d;
+    d.start();
+    std::vector<std::string> garbage{
+        "not json\n",
+        "{\"op\":\"lease\"}\n",
+        "{\"op\":\"explode\",\"session\":\"s\"}\n",
+        "{\"op\":\"lease\",\"session\":\"has space\"}\n",
+        std::string("\x00\x01\x02\xff\n", 5),
+        std::string(200 * 1024, 'x') + "\n",
+    };
+    for (const auto& g : garbage) {
+        Poco::Net::StreamSocket socket(Poco::Net::SocketAddress(d.socket));
+        socket.setReceiveTimeout(Poco::Timespan(10, 0));
+        try {
+            socket.sendBytes(g.data(), static_cast<int>(g.size()));
+        } catch (const Poco::Exception&) {
+            // The daemon may close an oversized line's connection before it is all sent.
+        }
+        std::string reply;
+        char buf[4096];
+        for (;;) {
+            int n = 0;
+            try {
+                n = socket.receiveBytes(buf, sizeof buf);
+            } catch (const Poco::Exception&) {
+                break;
+            }
+            if (n <= 0) break;
+            reply.append(buf, static_cast<std::size_t>(n));
+            if (reply.find('\n') != std::string::npos) break;
+        }
+        BOOST_TEST(reply.find("\"ok\":false") != std::string::npos, "reply to garbage: " << reply);
+    }
+    BOOST_TEST(d.running());
+    BOOST_TEST(d.ready());
+    std::string a = run_container(session_label("after-garbage"));
+    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 1; }));
+    d.control().end("after-garbage");
+    BOOST_TEST(eventually([&] { return !exists(a); }, 30s));
+}
+
+BOOST_AUTO_TEST_CASE(a_thousand_lease_connects_leave_the_fd_count_at_baseline) {
+    Reaperd d;
+    d.start();
+    d.status();
+    std::this_thread::sleep_for(1s);
+    std::size_t baseline = fd_count(d.pid());
+    for (int i = 0; i < 1000; ++i) {
+        auto lease = d.control().lease("churn-" + std::to_string(i % 10));
+        lease->release();
+    }
+    BOOST_TEST(eventually([&] { return fd_count(d.pid()) <= baseline; }, 30s),
+               "fds: baseline " << baseline << ", now " << fd_count(d.pid()));
+    BOOST_TEST(d.running());
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_exits_zero_and_keeps_sessions_in_grace) {
+    Reaperd d("  lease_grace: 60s\n");
+    d.start();
+    std::string a = run_container(session_label("term-1"));
+    {
+        auto lease = d.control().lease("term-1");
+        BOOST_REQUIRE(eventually([&] { return d.session_state("term-1") == "leased"; }));
+        BOOST_TEST(d.terminate() == 0);  // the daemon stops; the lease must not end the session
+    }
+    BOOST_TEST(exists(a));
+    d.start();
+    BOOST_TEST(d.session_state("term-1") == "grace");
+    BOOST_TEST(exists(a));
+}
