@@ -1,6 +1,7 @@
 // Session against a real private engine.
 #include <reaper/session.hpp>
 
+#include "control_server.hpp"
 #include "engine.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -25,6 +26,7 @@ public:
         std::vector<std::string> removes;  // "force=0 conflict", "force=1 ok", ...
         std::atomic<int> close_calls{0};
         std::atomic<std::size_t> connections_after_close{~std::size_t{0}};
+        std::atomic<bool> fail_removes{false};  // fault injection: every remove answers 500
     };
     RecordingEngine(std::shared_ptr<Record> record)
         : record_(std::move(record)), client_(test::engine().client_options()) {}
@@ -39,6 +41,10 @@ public:
     void kill(const std::string& id, const std::string& signal) override { client_.kill(id, signal); }
     void remove(const std::string& id, const RemoveOptions& options) override {
         std::string call = options.force ? "force=1 " : "force=0 ";
+        if (record_->fail_removes) {
+            note(call + "injected");
+            throw ServerError(500, "injected", "remove: 500 injected");
+        }
         try {
             client_.remove(id, options);
             note(call + "ok");
@@ -288,4 +294,80 @@ BOOST_FIXTURE_TEST_CASE(fifty_sessions_eight_threads, Fixture) {
     list.all = true;
     list.filters["label"] = {label_key};
     BOOST_TEST(observer.list_containers(list).empty());
+}
+
+namespace {
+
+// The daemon's side, as far as these tests need it: records what the control server reports.
+struct RecordingHandler final : reaperd::ControlHandler {
+    std::mutex mutex;
+    std::map<std::string, int> live_leases;
+    std::vector<std::pair<std::string, std::string>> orphans;  // container, session
+
+    void lease_opened(const std::string& session, std::uint64_t) override {
+        std::lock_guard lock(mutex);
+        ++live_leases[session];
+    }
+    void lease_closed(const std::string& session, std::uint64_t) override {
+        std::lock_guard lock(mutex);
+        --live_leases[session];
+    }
+    void end_session(const std::string&) override {}
+    void orphan_reported(const std::string& container, const std::string& session) override {
+        std::lock_guard lock(mutex);
+        orphans.emplace_back(container, session);
+    }
+    std::string status_json() override { return "{}"; }
+    std::string metrics_text() override { return ""; }
+    int leases(const std::string& session) {
+        std::lock_guard lock(mutex);
+        return live_leases[session];
+    }
+};
+
+template <class Pred>
+bool eventually(Pred pred) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(10ms);
+    }
+    return true;
+}
+
+}  // namespace
+
+// With the daemon's real control server: the lease is held while the session lives, and a
+// container that cannot be removed is reported as an orphan before the lease goes.
+BOOST_FIXTURE_TEST_CASE(lease_held_and_orphan_reported_to_control_server, Fixture) {
+    RecordingHandler handler;
+    reaperd::ControlConfig config;
+    config.socket = test::engine().dir() + "/reaperd-control.sock";
+    reaperd::ControlServer server(config, handler);
+    server.start();
+
+    auto o = options();
+    o.use_daemon = true;
+    o.control_socket = config.socket;
+    o.teardown_budget = 1s;
+    Session session(o);
+    session.create(sleeper());
+    auto id = session.container_id();
+    BOOST_TEST(session.holds_lease());
+    BOOST_TEST(eventually([&] { return handler.leases(session.id()) == 1; }));
+
+    record->fail_removes = true;
+    auto result = session.close();
+    BOOST_TEST(to_string(result.container) == "orphaned");
+    BOOST_TEST(result.orphan_reported);
+    BOOST_TEST(eventually([&] { return handler.leases(session.id()) == 0; }));
+    {
+        std::lock_guard lock(handler.mutex);
+        BOOST_REQUIRE(handler.orphans.size() == 1u);
+        BOOST_TEST(handler.orphans[0].first == id);
+        BOOST_TEST(handler.orphans[0].second == session.id());
+    }
+    BOOST_TEST(record->close_calls == 1);
+    BOOST_TEST(exists(id));  // the daemon would reap it; here the test does
+    observer.remove(id, {.force = true});
 }
