@@ -7,6 +7,7 @@ packages=(
   cmake g++ make pkg-config ccache
   libpoco-dev libyaml-cpp-dev libsystemd-dev libboost-test-dev
   docker.io busybox-static curl tar procps
+  systemd debootstrap lintian
 )
 
 missing=()

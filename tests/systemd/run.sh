@@ -1,0 +1,365 @@
+#!/usr/bin/env bash
+# reaperd under a real systemd (issue 6, item 7).
+#
+# A container of a private engine runs systemd as PID 1 (Debian bookworm, minbase, made with
+# debootstrap and cached), the reaperd .deb is installed inside, and the unit runs against
+# the same private engine, whose socket is bound in. Checks, in order:
+#   1. the package enabled the unit, and systemd started it at boot;
+#   2. `systemctl start` stays "activating" while the engine does not answer and becomes
+#      active only once reaperd reported READY=1;
+#   3. a reap shows in `journalctl -u reaperd` with its MESSAGE_ID and fields;
+#   4. SIGSTOP to reaperd: the watchdog (WatchdogSec=4s in a test drop-in) kills it and
+#      systemd restarts it;
+#   5. `systemctl reload` with a broken config leaves it active, same pid, old config, with
+#      the error in the journal;
+#   6. `systemctl stop` exits cleanly (status 0, result success).
+#
+# Usage: tests/systemd/run.sh REAPERD_DEB
+# Environment: REAPERD_TEST_CACHE (default /var/cache/reaperd-test) keeps the debootstrapped
+# root file system between runs (the first run takes minutes to make it; later runs reuse it).
+# Needs root, debootstrap, docker.io (dockerd only: the engine is private), busybox-static.
+set -uo pipefail
+
+deb=$(readlink -f "${1:?usage: run.sh REAPERD_DEB}")
+here=$(cd "$(dirname "$0")" && pwd)
+source_dir=$(cd "$here/../.." && pwd)
+cache=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}
+base_rootfs=$cache/rootfs-base
+
+failures=0
+passes=0
+started=$(date +%s)
+step() { echo "--- $*"; }
+pass() { echo "ok: $*"; passes=$((passes + 1)); }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+work=$(mktemp -d /tmp/reaperd-systemd-test.XXXXXX)
+guard_pid=""
+container=""
+cleanup() {
+  if [ -n "$container" ]; then
+    docker_cli rm -f "$container" >/dev/null 2>&1
+  fi
+  if [ -n "$guard_pid" ]; then
+    # Closing its stdin makes engine-guard stop the engine (by pid) and remove its dir.
+    eval "exec ${guard[1]}>&-"
+    wait "$guard_pid" 2>/dev/null
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --- The root file system: bookworm minbase with systemd, cached.
+# The mirror is the one this machine's apt uses.
+debian_mirror() {
+  local m
+  m=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null)
+  [ -n "$m" ] || m=$(awk '$1 == "deb" { print $2; exit }' /etc/apt/sources.list 2>/dev/null)
+  echo "$m"
+}
+if [ ! -d "$base_rootfs" ]; then
+  step "making the cached root file system in $base_rootfs (debootstrap; minutes, once)"
+  mkdir -p "$cache"
+  rm -rf "$base_rootfs.tmp"
+  if ! debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus bookworm \
+      "$base_rootfs.tmp" "$(debian_mirror)" >"$cache/debootstrap.log" 2>&1; then
+    tail -n 20 "$cache/debootstrap.log"
+    echo "FAIL: debootstrap"
+    exit 1
+  fi
+  mv "$base_rootfs.tmp" "$base_rootfs"
+fi
+
+# The package's run-time dependencies go into the cached root file system once (from the
+# mirror); the package itself goes into a per-run copy.
+missing=()
+while read -r dep; do
+  [ -n "$dep" ] || continue
+  chroot "$base_rootfs" dpkg-query -W -f='${Status}' "$dep" 2>/dev/null | grep -q 'install ok installed' \
+    || missing+=("$dep")
+done < <(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/:any//; s/ //g')
+if ((${#missing[@]})); then
+  step "installing ${missing[*]} into the cached root file system"
+  cp /etc/resolv.conf "$base_rootfs/etc/resolv.conf"
+  if ! { chroot "$base_rootfs" apt-get update -qq &&
+         DEBIAN_FRONTEND=noninteractive chroot "$base_rootfs" \
+           apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$work/apt.log" 2>&1; then
+    tail -n 20 "$work/apt.log"
+    echo "FAIL: installing the package's dependencies"
+    exit 1
+  fi
+  chroot "$base_rootfs" apt-get clean
+fi
+
+step "installing $(basename "$deb") into a copy of the root file system"
+rootfs=$work/rootfs
+cp -a "$base_rootfs" "$rootfs"
+cp "$deb" "$rootfs/tmp/reaperd.deb"
+if ! chroot "$rootfs" dpkg -i /tmp/reaperd.deb >"$work/dpkg.log" 2>&1; then
+  cat "$work/dpkg.log"
+  echo "FAIL: dpkg -i"
+  exit 1
+fi
+rm "$rootfs/tmp/reaperd.deb"
+if [ -L "$rootfs/etc/systemd/system/multi-user.target.wants/reaperd.service" ]; then
+  pass "installing the package enabled reaperd.service"
+else
+  fail "reaperd.service is not enabled after dpkg -i"
+fi
+
+# Test drop-in: a short watchdog so the stall test is quick, a quick restart.
+mkdir -p "$rootfs/etc/systemd/system/reaperd.service.d"
+cat >"$rootfs/etc/systemd/system/reaperd.service.d/test.conf" <<'EOF'
+[Service]
+WatchdogSec=4s
+RestartSec=1s
+EOF
+# systemd in a container needs its cgroup mounts writable.
+cat >"$rootfs/sbin/test-init" <<'EOF'
+#!/bin/sh
+awk '$9 == "cgroup" || $9 == "cgroup2" { print $5 }' /proc/self/mountinfo | while read -r m; do
+  mount -o remount,bind,rw "$m"
+done
+exec /lib/systemd/systemd
+EOF
+chmod 755 "$rootfs/sbin/test-init"
+# Nothing in this system needs a login prompt or a network.
+chroot "$rootfs" systemctl mask getty@tty1.service console-getty.service systemd-networkd.service \
+  systemd-resolved.service >/dev/null 2>&1
+
+# --- A private engine, run by the test harness's guard.
+step "starting a private engine"
+coproc guard { exec "$source_dir/tests/harness/engine-guard" 2>&1; }
+guard_pid=$guard_PID
+read -r -t 120 answer dir <&"${guard[0]}" || answer=""
+if [ "$answer" != ready ]; then
+  echo "FAIL: the private engine did not start ($answer $dir)"
+  exit 1
+fi
+engine_sock=$dir/docker.sock
+docker_cli() { docker -H "unix://$engine_sock" "$@"; }
+
+step "importing the image"
+image=reaperd-systemd-test:latest
+if ! tar -C "$rootfs" -c . | docker_cli import -c 'CMD ["/sbin/test-init"]' -c 'ENV container=docker' \
+    - "$image" >/dev/null; then
+  echo "FAIL: docker import"
+  exit 1
+fi
+rm -rf "$rootfs"
+# A tiny image for the session containers reaperd is to reap.
+mkdir -p "$work/busybox/bin"
+cp /bin/busybox "$work/busybox/bin/busybox"
+for tool in sh sleep; do ln -s busybox "$work/busybox/bin/$tool"; done
+tar -C "$work/busybox" -c . | docker_cli import - reaperd-systemd-test/busybox:latest >/dev/null
+
+step "booting systemd in a container"
+container=$(docker_cli run -d --network none --cgroupns private --cap-add ALL --cap-drop SYS_RESOURCE \
+  --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+  --security-opt systempaths=unconfined --stop-signal SIGRTMIN+3 \
+  --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
+  -v "$engine_sock:/run/docker.sock" -t "$image")
+if [ -z "$container" ]; then
+  echo "FAIL: docker run"
+  exit 1
+fi
+in_ctr() { docker_cli exec "$container" "$@"; }
+unit_prop() { in_ctr systemctl show -p "$1" --value reaperd.service 2>/dev/null | tr -d '\r'; }
+journal_json() { in_ctr journalctl -u reaperd.service --no-pager -o json "$@" 2>/dev/null; }
+# wait_for SECONDS COMMAND...: polls every 0.2 s.
+wait_for() {
+  local deadline=$(($(date +%s) + $1))
+  shift
+  until "$@"; do
+    (($(date +%s) < deadline)) || return 1
+    sleep 0.2
+  done
+}
+is_active() { [ "$(unit_prop ActiveState)" = active ]; }
+
+booted() {
+  local s
+  s=$(in_ctr systemctl is-system-running 2>/dev/null | tr -d '\r')
+  [ "$s" = running ] || [ "$s" = degraded ]
+}
+if wait_for 120 booted; then
+  pass "systemd is up ($(in_ctr systemctl is-system-running 2>/dev/null | tr -d '\r'))"
+else
+  docker_cli logs "$container" | tail -n 30
+  fail "systemd did not finish booting"
+fi
+
+# 1. Started at boot by the package's enablement.
+if wait_for 60 is_active; then
+  pass "reaperd.service active after boot (pid $(unit_prop MainPID))"
+else
+  in_ctr systemctl status --no-pager reaperd.service
+  fail "reaperd.service not active after boot"
+fi
+
+# 2. Active only after READY: with the engine unreachable, start stays "activating".
+step "start with the engine unreachable, then reachable"
+in_ctr systemctl stop reaperd.service
+mkdir_dropin='mkdir -p /run/systemd/system/reaperd.service.d && printf "[Service]\nEnvironment=DOCKER_HOST=unix:///run/engine-later.sock\n" >/run/systemd/system/reaperd.service.d/engine.conf'
+in_ctr sh -c "$mkdir_dropin"
+in_ctr systemctl daemon-reload
+in_ctr systemctl start --no-block reaperd.service
+sleep 5
+state=$(unit_prop ActiveState)
+if [ "$state" = activating ]; then
+  pass "no engine for 5 s: the unit is still activating (READY not sent)"
+else
+  fail "with the engine unreachable the unit is '$state', not activating"
+fi
+in_ctr ln -s /run/docker.sock /run/engine-later.sock
+t0=$(date +%s%N)
+if wait_for 60 is_active; then
+  pass "the engine appeared: active $((($(date +%s%N) - t0) / 1000000)) ms later"
+else
+  fail "the unit did not become active once the engine answered"
+fi
+ready_line=$(journal_json MESSAGE=ready | tail -n 1)
+if [ -n "$ready_line" ]; then
+  pass "reaperd logged 'ready'"
+else
+  fail "no 'ready' record in the journal"
+fi
+in_ctr systemctl stop reaperd.service
+in_ctr rm -f /run/systemd/system/reaperd.service.d/engine.conf /run/engine-later.sock
+in_ctr systemctl daemon-reload
+# A blocking start returns only once READY=1 arrived.
+if in_ctr systemctl start reaperd.service && is_active; then
+  pass "systemctl start returned with the unit active"
+else
+  fail "systemctl start"
+fi
+
+# 3. A reap in the journal, with its MESSAGE_ID and fields.
+step "a session's container reaped"
+session=systemd-test-$$
+victim=$(docker_cli create --network none --label "reaperd.session=$session" --name "victim-$$" \
+  reaperd-systemd-test/busybox:latest sleep 600)
+docker_cli start "$victim" >/dev/null
+bystander=$(docker_cli create --network none --name "bystander-$$" reaperd-systemd-test/busybox:latest sleep 600)
+docker_cli start "$bystander" >/dev/null
+# The daemon must have seen the container before the session is ended.
+sleep 2
+if ! in_ctr reaperctl end "$session"; then
+  fail "reaperctl end $session"
+fi
+gone() { ! docker_cli inspect "$victim" >/dev/null 2>&1; }
+if wait_for 60 gone; then
+  pass "the session's container was removed"
+else
+  fail "the session's container is still there"
+fi
+if docker_cli inspect "$bystander" >/dev/null 2>&1 && docker_cli inspect "$container" >/dev/null 2>&1; then
+  pass "the unlabelled containers (the bystander, the systemd container itself) are untouched"
+else
+  fail "an unlabelled container was removed"
+fi
+reaped_id=8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a01
+record=""
+has_reap_record() {
+  record=$(journal_json "MESSAGE_ID=$reaped_id" "CONTAINER_ID=$victim" | tail -n 1)
+  [ -n "$record" ]
+}
+if wait_for 30 has_reap_record; then
+  echo "$record"
+  ok=1
+  for field in "\"MESSAGE_ID\":\"$reaped_id\"" "\"CONTAINER_ID\":\"$victim\"" \
+               "\"CONTAINER_NAME\":\"/?victim-$$\"" "\"SESSION_ID\":\"$session\"" "\"ACTION\":\"" \
+               "\"PRIORITY\":\"5\"" "\"SYSLOG_IDENTIFIER\":\"reaperd\"" "\"_TRANSPORT\":\"journal\""; do
+    if ! grep -qE -- "$field" <<<"$record"; then
+      fail "the reap record lacks $field"
+      ok=0
+    fi
+  done
+  ((ok)) && pass "journalctl -u reaperd MESSAGE_ID=$reaped_id shows the reap with its fields"
+else
+  journal_json | tail -n 20
+  fail "no container-reaped record for $victim in journalctl -u reaperd"
+fi
+docker_cli rm -f "$bystander" >/dev/null
+
+# 4. A stalled main loop: the watchdog kills it, Restart=on-failure brings it back.
+step "SIGSTOP: the watchdog restarts reaperd"
+old_pid=$(unit_prop MainPID)
+old_restarts=$(unit_prop NRestarts)
+in_ctr kill -STOP "$old_pid"
+t0=$(date +%s%N)
+restarted() {
+  local pid
+  pid=$(unit_prop MainPID)
+  [ "$pid" != 0 ] && [ "$pid" != "$old_pid" ] && is_active
+}
+if wait_for 90 restarted; then
+  pass "restarted $((($(date +%s%N) - t0) / 1000000)) ms after SIGSTOP (pid $old_pid -> $(unit_prop MainPID), NRestarts $old_restarts -> $(unit_prop NRestarts))"
+else
+  fail "not restarted after SIGSTOP (state $(unit_prop ActiveState), pid $(unit_prop MainPID))"
+fi
+if in_ctr journalctl -u reaperd.service --no-pager 2>/dev/null | grep -q "Watchdog timeout"; then
+  pass "the journal says: $(in_ctr journalctl -u reaperd.service --no-pager | grep -m1 -o 'Watchdog timeout.*')"
+else
+  fail "no 'Watchdog timeout' in the journal"
+fi
+
+# 5. Reload with a broken config: still active, same pid, error in the journal.
+step "reload with a broken config"
+pid=$(unit_prop MainPID)
+in_ctr cp /etc/reaperd/reaperd.yaml /tmp/reaperd.yaml.good
+in_ctr sh -c 'printf "sessions:\n  lease_grace: soon\nbogus_key: 1\n" >/etc/reaperd/reaperd.yaml'
+since=$(in_ctr date '+%Y-%m-%d %H:%M:%S' | tr -d '\r')
+sleep 1
+if in_ctr systemctl reload reaperd.service; then
+  pass "systemctl reload returned 0"
+else
+  fail "systemctl reload failed"
+fi
+config_error() { in_ctr journalctl -u reaperd.service --no-pager --since "$since" 2>/dev/null | grep -q "lease_grace"; }
+if wait_for 30 config_error; then
+  pass "the error is in the journal: $(in_ctr journalctl -u reaperd.service --no-pager --since "$since" -o cat | grep -m1 'not reloaded')"
+else
+  in_ctr journalctl -u reaperd.service --no-pager --since "$since"
+  fail "no config error in the journal after the reload"
+fi
+sleep 2
+if is_active && [ "$(unit_prop MainPID)" = "$pid" ]; then
+  pass "still active on the old config, same pid $pid"
+else
+  fail "after the broken reload: state $(unit_prop ActiveState), pid $(unit_prop MainPID) (was $pid)"
+fi
+if in_ctr reaperctl status >/dev/null 2>&1; then
+  pass "the control socket still answers"
+else
+  fail "reaperctl status fails after the broken reload"
+fi
+in_ctr cp /tmp/reaperd.yaml.good /etc/reaperd/reaperd.yaml
+
+# 6. A clean stop.
+step "systemctl stop"
+if in_ctr systemctl stop reaperd.service; then
+  result=$(unit_prop Result)
+  status=$(unit_prop ExecMainStatus)
+  code=$(unit_prop ExecMainCode)
+  # ExecMainCode 1 = exited (not killed).
+  if [ "$result" = success ] && [ "$status" = 0 ] && [ "$code" = 1 ]; then
+    pass "stopped cleanly (Result=$result, ExecMainStatus=$status)"
+  else
+    fail "stop: Result=$result ExecMainCode=$code ExecMainStatus=$status"
+  fi
+else
+  fail "systemctl stop failed"
+fi
+if in_ctr journalctl -u reaperd.service --no-pager -o cat | grep -q "^stopped"; then
+  pass "reaperd logged 'stopped'"
+else
+  fail "no 'stopped' record"
+fi
+
+echo "--- the journal of reaperd.service (last 40 lines)"
+in_ctr journalctl -u reaperd.service --no-pager | tail -n 40
+elapsed=$(($(date +%s) - started))
+echo "systemd test took ${elapsed}s"
+echo "systemd: $passes passed, $failures failed"
+((failures == 0))
