@@ -407,12 +407,17 @@ struct LogCapper::Loop {
                std::move(fields));
     }
 
+    // Kept between rounds so a round allocates nothing while nothing is decided.
+    std::vector<Watched*> order;
+    std::vector<logcap::CapTarget> targets;
+
     void decide_and_act(Clock::time_point now) {
-        std::vector<Watched*> order;
-        std::vector<logcap::CapTarget> targets;
+        order.clear();
+        std::size_t n = 0;
         for (auto& [id, w] : containers) {
             if (!w.active) continue;
-            logcap::CapTarget t;
+            if (targets.size() <= n) targets.emplace_back();
+            logcap::CapTarget& t = targets[n++];
             t.id = id;
             t.owned = !w.info.session.empty();
             t.cap = w.cap;
@@ -420,9 +425,9 @@ struct LogCapper::Loop {
             t.headroom_bytes = logcap::headroom_for(w.growth.bytes_per_second());
             t.halted = w.halted;
             t.busy = w.busy || now < w.retry_at || (options().dry_run && w.would_logged);
-            targets.push_back(std::move(t));
             order.push_back(&w);
         }
+        targets.resize(n);
         for (const auto& d : logcap::decide(targets, logs)) {
             Watched& w = *order[d.target];
             if (options().dry_run) {
@@ -435,6 +440,31 @@ struct LogCapper::Loop {
                 owner.submit(Job{w.info.id, w.info.session, d.action, d.reason, w.log_bytes()});
             }
         }
+    }
+
+    // How long the next inotify round may wait (see Options::min_check_interval).
+    Clock::duration check_gap() const {
+        using Seconds = std::chrono::duration<double>;
+        Clock::duration gap = options().max_check_interval;
+        auto consider = [&](std::uint64_t bytes, std::uint64_t mark, double rate) {
+            if (rate <= 0) return;
+            double seconds = bytes >= mark ? 0.0 : double(mark - bytes) / rate / 2;
+            gap = std::min(gap, std::chrono::duration_cast<Clock::duration>(Seconds(seconds)));
+        };
+        std::uint64_t total_bytes = 0;
+        double total_rate = 0;
+        for (const auto& [id, w] : containers) {
+            if (!w.active || w.halted || w.cap.exempt) continue;
+            double rate = w.growth.bytes_per_second();
+            if (w.cap.cap_bytes > 0)
+                consider(w.log_bytes(), logcap::mark_for(w.cap.cap_bytes, logcap::headroom_for(rate)), rate);
+            total_bytes += w.log_bytes();
+            total_rate += rate;
+        }
+        if (logs.total_max_size_bytes > 0)
+            consider(total_bytes,
+                     logcap::mark_for(logs.total_max_size_bytes, logcap::headroom_for(total_rate)), total_rate);
+        return std::max<Clock::duration>(gap, options().min_check_interval);
     }
 
     // The worker's answer to a job.
@@ -544,6 +574,7 @@ LogCapCounters LogCapper::counters() const {
     c.kills = counters_.kills;
     c.removals = counters_.removals;
     c.action_failures = counters_.action_failures;
+    c.check_rounds = counters_.check_rounds;
     return c;
 }
 
@@ -552,11 +583,12 @@ void LogCapper::run_watcher() {
     Loop& loop = *loop_;
     auto next_backstop = Clock::now();
     auto last_round = Clock::time_point{};
+    Clock::duration gap = options_.max_check_interval;
     while (!loop.stopping) {
         auto now = Clock::now();
-        bool events_allowed = now >= last_round + options_.min_check_interval;
+        bool events_allowed = now >= last_round + gap;
         auto deadline = next_backstop;
-        if (!events_allowed) deadline = std::min(deadline, last_round + options_.min_check_interval);
+        if (!events_allowed) deadline = std::min(deadline, last_round + gap);
         if (auto flush = loop.next_flush()) deadline = std::min(deadline, *flush);
         auto wait = std::max(Clock::duration::zero(), deadline - now);
         struct timespec timeout {};
@@ -597,9 +629,11 @@ void LogCapper::run_watcher() {
             changed = true;
         }
         if (changed) {
+            counters_.check_rounds++;
             for (auto& [id, w] : loop.containers)
                 if (w.active && (full || w.dirty)) loop.measure(w, now, full);
             loop.decide_and_act(now);
+            gap = loop.check_gap();
         }
         loop.flush_due(now);
     }

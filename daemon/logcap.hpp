@@ -4,7 +4,7 @@
 //
 // Detection: inotify on each log's directory (a rotation replaces the live file, so the
 // file itself cannot be watched), an fstat of the live file on each event, rate-limited to
-// one round of checks per min_check_interval; and every logs.check_interval a full
+// one round of checks per check gap (Options::min_check_interval); and every logs.check_interval a full
 // re-measure of every log, as a backstop for anything inotify missed. Deciding is pure
 // (logcap_policy.hpp). Truncation happens on the watcher thread itself, so a cut comes
 // within microseconds of the check; stop, kill and remove go through the Engine on a
@@ -49,6 +49,7 @@ struct LogCapCounters {
     std::uint64_t kills = 0;
     std::uint64_t removals = 0;
     std::uint64_t action_failures = 0;  // engine calls that failed (retried later)
+    std::uint64_t check_rounds = 0;     // times the watcher woke and re-measured logs
 };
 
 using LogSink = std::function<void(Priority, std::string_view message_id, std::string_view message,
@@ -59,10 +60,16 @@ public:
     struct Options {
         LogsConfig logs;
         bool dry_run = false;  // log what would be done; cut, stop, kill and remove nothing
-        // At most one round of inotify-driven checks per this interval. At ~70 MB/s a log
-        // grows ~140 KB in 2 ms, far inside the headroom the mark keeps (logcap_policy.hpp),
-        // while the capper wakes at most 500 times a second (measured by bench/logcap_bench).
+        // The gap between two rounds of inotify-driven checks, which is what bounds the
+        // capper's CPU while a log is being written: a writer keeps an event pending all the
+        // time, so each round is one wake-up. The gap adapts: half the time the fastest log
+        // needs to reach its mark at its current rate, within [min, max]. A runaway just cut
+        // back is checked every max (it is far from its mark), then more often as it nears
+        // the mark. At ~70 MB/s a log grows ~140 KB in 2 ms and ~700 KB in 10 ms: the latter
+        // is inside the 1 MiB margin of a 10 MiB cap even for a writer that bursts from quiet
+        // (rate 0, mark = cap). bench/logcap_bench measures the wake-ups and CPU.
         std::chrono::milliseconds min_check_interval{2};
+        std::chrono::milliseconds max_check_interval{10};
         // How long a stopped container gets to exit before the engine kills it.
         std::chrono::seconds stop_grace{5};
         // After a failed stop/kill/remove, wait this long before trying again.
@@ -135,7 +142,7 @@ private:
 
     struct AtomicCounters {
         std::atomic<std::uint64_t> log_bytes_dropped{0}, truncations{0}, stops{0}, kills{0},
-            removals{0}, action_failures{0};
+            removals{0}, action_failures{0}, check_rounds{0};
     } counters_;
 };
 

@@ -1,0 +1,185 @@
+// Does a log cap hold against a runaway writer, and at what cost?
+//
+// Starts a private engine and a container running `yes` (about 70 MB/s of json log on an
+// idle machine). Baseline: the same writer uncapped, its growth rate measured for a few
+// seconds. Then a fresh writer capped at 10 MiB (action truncate) by a LogCapper in this
+// process, exactly as reaperd runs it: the log's size (live file plus rotations) is sampled
+// at 100 Hz for 20 s, and the capper thread's CPU time is read from the kernel
+// (/proc/self/task/<tid>/schedstat, nanoseconds). The bound: never above 11 MiB,
+// at most 10% of one core.
+//
+// Usage: logcap_bench [seconds]   (default 20). Exit status 1 when a bound is not held.
+#include "engine.hpp"
+#include "logcap.hpp"
+
+#include <reaper/client.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <sys/resource.h>
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint64_t MiB = 1024 * 1024;
+constexpr std::uint64_t cap_bytes = 10 * MiB;
+constexpr std::uint64_t bound_bytes = 11 * MiB;
+constexpr double cpu_bound_percent = 10.0;
+constexpr auto sample_period = 10ms;  // 100 Hz
+
+std::uint64_t log_bytes(const fs::path& live) {
+    std::error_code ec;
+    std::uint64_t total = fs::file_size(live, ec);
+    if (ec) total = 0;
+    for (auto& entry : fs::directory_iterator(live.parent_path(), ec)) {
+        if (!reaperd::logcap::is_rotation(entry.path().filename().string(), live.filename().string())) continue;
+        auto n = fs::file_size(entry.path(), ec);
+        if (!ec) total += n;
+    }
+    return total;
+}
+
+// CPU time of this process's thread named `name`, in ns; 0 if there is none.
+std::uint64_t thread_cpu_ns(const std::string& name) {
+    for (auto& task : fs::directory_iterator("/proc/self/task")) {
+        std::ifstream comm(task.path() / "comm");
+        std::string line;
+        std::getline(comm, line);
+        if (line != name) continue;
+        std::ifstream schedstat(task.path() / "schedstat");
+        std::uint64_t ns = 0;
+        schedstat >> ns;
+        return ns;
+    }
+    return 0;
+}
+
+std::uint64_t process_cpu_ns() {
+    struct rusage usage {};
+    ::getrusage(RUSAGE_SELF, &usage);
+    auto tv = [](const timeval& t) { return std::uint64_t(t.tv_sec) * 1'000'000'000 + std::uint64_t(t.tv_usec) * 1000; };
+    return tv(usage.ru_utime) + tv(usage.ru_stime);
+}
+
+struct Writer {
+    reaper::Client& client;
+    std::string id;
+    fs::path log_path;
+    Writer(reaper::Client& c, const std::string& name) : client(c) {
+        reaper::ContainerSpec spec;
+        spec.name = reaper::test::unique_name(name);
+        spec.image = reaper::test::PrivateEngine::image;
+        spec.cmd = {"yes"};
+        spec.labels = {{"reaperd.session", "bench"}};
+        id = client.create(spec);
+        client.start(id);
+        log_path = client.inspect(id).log_path;
+    }
+    ~Writer() {
+        try {
+            client.remove(id, {true, true});
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "could not remove %s: %s\n", id.c_str(), e.what());
+        }
+    }
+};
+
+double mb(std::uint64_t bytes) { return double(bytes) / 1e6; }
+double mib(std::uint64_t bytes) { return double(bytes) / double(MiB); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    auto seconds = std::chrono::seconds(argc > 1 ? std::atoi(argv[1]) : 20);
+    if (seconds.count() <= 0) {
+        std::fprintf(stderr, "usage: %s [seconds]\n", argv[0]);
+        return 64;
+    }
+    auto& engine = reaper::test::engine();
+    reaper::Client client(engine.client_options());
+
+    // Baseline: how fast the writer grows its log with nothing in the way.
+    double baseline_rate = 0;
+    {
+        Writer writer(client, "bench-uncapped");
+        std::this_thread::sleep_for(500ms);  // past the start-up
+        auto b0 = log_bytes(writer.log_path);
+        auto t0 = Clock::now();
+        std::this_thread::sleep_for(5s);
+        auto b1 = log_bytes(writer.log_path);
+        baseline_rate = double(b1 - b0) / std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    std::printf("baseline: uncapped `yes` grows its json log at %.1f MB/s\n", baseline_rate / 1e6);
+
+    reaperd::LogCapper::Options options;
+    options.logs.max_size_bytes = cap_bytes;
+    options.logs.action = reaperd::LogAction::truncate;
+    options.sink = [](reaperd::Priority, std::string_view, std::string_view, std::vector<reaperd::LogField>) {};
+    reaperd::LogCapper capper(client, options);
+    capper.start();
+    Writer writer(client, "bench-capped");
+    reaperd::ContainerLog c;
+    c.id = writer.id;
+    c.name = "bench-capped";
+    c.session = "bench";
+    c.log_path = writer.log_path.string();
+    c.log_driver = "json-file";
+    capper.add(c);
+    std::this_thread::sleep_for(500ms);  // the capper has seen the writer start
+
+    auto counters0 = capper.counters();
+    auto capper_cpu0 = thread_cpu_ns("reaperd-logcap");
+    auto process_cpu0 = process_cpu_ns();
+    auto bytes0 = log_bytes(writer.log_path);
+    auto t0 = Clock::now();
+    std::uint64_t max_seen = 0;
+    std::uint64_t samples = 0;
+    std::uint64_t over_cap = 0;
+    for (auto next = t0; next < t0 + seconds; next += sample_period) {
+        auto bytes = log_bytes(writer.log_path);
+        max_seen = std::max(max_seen, bytes);
+        over_cap += bytes > cap_bytes;
+        ++samples;
+        std::this_thread::sleep_until(next + sample_period);
+    }
+    double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    auto capper_cpu = thread_cpu_ns("reaperd-logcap") - capper_cpu0;
+    auto process_cpu = process_cpu_ns() - process_cpu0;
+    auto counters = capper.counters();
+    auto bytes1 = log_bytes(writer.log_path);
+    capper.stop();
+
+    double capper_percent = 100.0 * double(capper_cpu) / 1e9 / elapsed;
+    double process_percent = 100.0 * double(process_cpu) / 1e9 / elapsed;
+    // What the writer wrote while capped: all that was cut away, plus what the log gained.
+    double written_rate =
+        (double(counters.log_bytes_dropped - counters0.log_bytes_dropped) + double(bytes1) - double(bytes0)) / elapsed;
+    bool size_held = max_seen <= bound_bytes;
+    bool cpu_held = capper_percent <= cpu_bound_percent;
+
+    std::printf("capped:   cap %.0f MiB, action truncate, %.1f s sampled at %.0f Hz (%llu samples)\n",
+                mib(cap_bytes), elapsed, double(samples) / elapsed, (unsigned long long)samples);
+    std::printf("  max log size seen:   %.2f MiB = %.3f x cap (bound %.0f MiB: %s); samples over the cap: %llu\n",
+                mib(max_seen), double(max_seen) / double(cap_bytes), mib(bound_bytes),
+                size_held ? "held" : "NOT HELD", (unsigned long long)over_cap);
+    std::printf("  writer while capped: %.1f MB/s = %.2f x baseline; %llu cuts (%.1f/s)\n",
+                written_rate / 1e6, baseline_rate > 0 ? written_rate / baseline_rate : 0.0,
+                (unsigned long long)(counters.truncations - counters0.truncations),
+                double(counters.truncations - counters0.truncations) / elapsed);
+    std::printf("  capper thread CPU:   %.2f%% of one core (bound %.0f%%: %s); %.0f wake-ups/s\n",
+                capper_percent, cpu_bound_percent, cpu_held ? "held" : "NOT HELD",
+                double(counters.check_rounds - counters0.check_rounds) / elapsed);
+    std::printf("  whole bench process: %.2f%% of one core (capper + 100 Hz sampler + client)\n",
+                process_percent);
+    std::printf("  dropped in all:      %.1f MB\n", mb(counters.log_bytes_dropped));
+    return size_held && cpu_held ? 0 : 1;
+}
