@@ -7,6 +7,7 @@ packages=(
   cmake g++ make pkg-config ccache
   libpoco-dev libyaml-cpp-dev libsystemd-dev libboost-test-dev
   docker.io busybox-static curl tar procps
+  clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes
   systemd debootstrap lintian
 )
 

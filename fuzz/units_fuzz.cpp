@@ -1,0 +1,130 @@
+// The small parsers that take text from config files, labels on other people's containers,
+// DOCKER_HOST and the engine's timestamps. The promise: a value or std::invalid_argument
+// (ProtocolViolation for ids), nothing else; a bad label falls back to the default; what the
+// formatters write parses back; no container id can place a log path outside the engine's
+// root.
+#include "check.hpp"
+
+#include "config.hpp"
+#include "logcap_policy.hpp"
+#include "registry.hpp"
+
+#include <reaper/client.hpp>
+#include <reaper/control.hpp>
+#include <reaper/template.hpp>
+
+#include <stdexcept>
+
+namespace {
+
+void durations_and_sizes(const std::string& text) {
+    try {
+        const auto d = reaperd::parse_duration(text);
+        FUZZ_CHECK(d.count() >= 0 && d <= reaperd::max_duration);
+        FUZZ_CHECK(reaperd::parse_duration(reaperd::format_duration(d)) == d);
+    } catch (const std::invalid_argument&) {
+    }
+    try {
+        const auto bytes = reaperd::parse_size(text);
+        FUZZ_CHECK(reaperd::parse_size(reaperd::format_size(bytes)) == bytes);
+    } catch (const std::invalid_argument&) {
+    }
+    try {
+        FUZZ_CHECK(reaper::parse_duration(text).count() >= 0);
+    } catch (const std::invalid_argument&) {
+    }
+    try {
+        FUZZ_CHECK(reaper::parse_byte_size(text) >= 0);
+    } catch (const std::invalid_argument&) {
+    }
+}
+
+void engine_address(const std::string& text) {
+    reaper::EngineAddress address;
+    try {
+        address = reaper::EngineAddress::parse(text);
+    } catch (const std::invalid_argument&) {
+        return;
+    }
+    const std::string written = address.to_string();
+    if (address.kind == reaper::EngineAddress::Kind::Unix) {
+        FUZZ_CHECK(!address.path.empty() && address.path.front() == '/');
+        FUZZ_CHECK(reaper::EngineAddress::parse(written).path == address.path);
+    } else {
+        FUZZ_CHECK(!address.host.empty() && address.port != 0);
+    }
+}
+
+void labels(const std::string& text) {
+    (void)reaperd::label_key_valid(text);
+
+    constexpr std::uint64_t default_cap = std::uint64_t{1} << 30;
+    const auto cap = reaperd::logcap::resolve_cap({{reaperd::logcap::max_size_label, text}}, default_cap);
+    if (cap.bad_label) FUZZ_CHECK(cap.cap_bytes == default_cap && !cap.exempt);
+    if (cap.exempt) FUZZ_CHECK(cap.cap_bytes == 0);
+
+    // A container labelled by someone else entirely: the registry must take it in whatever
+    // its labels and creation time say.
+    reaperd::Registry registry;
+    reaper::ContainerInfo info;
+    info.id = text;
+    info.name = "/fuzzed";
+    info.created = text;
+    info.labels = {{"reaperd.session", text}, {reaperd::max_age_label, text}};
+    const auto now = reaperd::Clock::now();
+    const auto warning = registry.upsert_container(info, reaperd::SessionsConfig{}, now);
+    const auto& known = registry.containers.at(text);
+    FUZZ_CHECK(warning.has_value() != known.max_age.has_value());
+    FUZZ_CHECK(known.session == text);
+    FUZZ_CHECK(registry.sessions.count(text) == 1);
+}
+
+void timestamps(const std::string& text) {
+    const auto t = reaperd::parse_rfc3339(text);
+    if (!t) return;
+    const std::string written = reaperd::format_rfc3339(*t);
+    // Years 0000-9999 only: the format has four digits for the year.
+    if (written.size() != 24 || written.front() == '-') return;
+    const auto again = reaperd::parse_rfc3339(written);
+    FUZZ_CHECK(again && *again == std::chrono::floor<std::chrono::milliseconds>(*t));
+}
+
+void log_paths(const std::string& text) {
+    const std::string root = "/var/lib/docker";
+    for (const char* driver : {"json-file", "local"}) {
+        if (const auto files = reaperd::logcap::locate_log(text, driver, "", root)) {
+            FUZZ_CHECK(files->dir.rfind(root + "/containers/", 0) == 0);
+            FUZZ_CHECK(files->dir.find("..") == std::string::npos);
+            FUZZ_CHECK(files->live_name.find('/') == std::string::npos);
+        }
+    }
+    if (const auto files = reaperd::logcap::locate_log("", "json-file", text, root)) {
+        FUZZ_CHECK(!files->live_name.empty() && files->live_name.find('/') == std::string::npos);
+        FUZZ_CHECK((files->dir == "/" ? "" : files->dir) + "/" + files->live_name == text);
+    }
+    (void)reaperd::logcap::is_rotation(text, "0123abcd-json.log");
+}
+
+void control_ids(const std::string& text) {
+    try {
+        reaper::control::validate_session_id(text);
+    } catch (const reaper::control::ProtocolViolation&) {
+    }
+    try {
+        reaper::control::validate_container(text);
+    } catch (const reaper::control::ProtocolViolation&) {
+    }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    const std::string text = fuzz_text(data, size);
+    durations_and_sizes(text);
+    engine_address(text);
+    labels(text);
+    timestamps(text);
+    log_paths(text);
+    control_ids(text);
+    return 0;
+}
