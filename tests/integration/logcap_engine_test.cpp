@@ -1,5 +1,7 @@
 // Log caps against the real engine: LogCapper driven in-process with a real Client, on
-// containers whose logs the private dockerd writes (json-file, local, rotated, none).
+// containers whose logs the private dockerd writes (json-file, local, rotated, none); then
+// the same through a running reaperd child.
+#include "daemon_fixture.hpp"
 #include "engine.hpp"
 #include "logcap.hpp"
 
@@ -296,4 +298,49 @@ BOOST_AUTO_TEST_CASE(a_label_overrides_the_default_and_a_broken_one_falls_back_w
         return m.find(b.name) != std::string::npos && m.find("a lot") != std::string::npos;
     });
     BOOST_TEST(named);
+}
+
+// ---- the same, through a running reaperd ---------------------------------------------------
+namespace {
+
+std::string started_at(const std::string& id) {
+    return itest::engine_client().inspect(id).state.started_at;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(reaperd_truncates_an_unowned_runaway_and_stops_only_the_owned_writer) {
+    itest::Reaperd daemon("", "logs:\n  max_size: 10MiB\n  action: stop\n  scope: all\n");
+    daemon.start();
+    Fixture f;
+    auto owned = f.run(burst_then_sleep, "s-daemon", {}, {{logcap::max_size_label, "1MiB"}});
+    auto unowned = f.run(runaway, "");
+    auto started = started_at(unowned);
+    auto c = f.describe(unowned);
+    auto max = max_size_over(c, 5s);
+    BOOST_TEST_MESSAGE("reaperd: max unowned log size over 5 s: " << max << " bytes");
+    BOOST_TEST(max <= 10 * MiB);
+    BOOST_TEST(eventually([&] { return !f.running(owned); }));
+    BOOST_TEST(f.running(unowned));
+    BOOST_TEST(started_at(unowned) == started);
+    auto log = daemon.log_text();
+    BOOST_TEST(daemon.log_count("ACTION=stop") == 1u);
+    BOOST_TEST(daemon.log_count("CONTAINER_ID=" + unowned + " CONTAINER_NAME=" + c.name +
+                                " SESSION_ID=\"\" ACTION=truncate") >= 1u);
+    BOOST_TEST(log.find("CONTAINER_ID=" + owned) != std::string::npos);
+    BOOST_TEST(daemon.log_count("MESSAGE_ID=" + std::string(message_id::log_capped)) >= 2u);
+    BOOST_TEST(daemon.terminate() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(reaperd_reports_a_container_without_a_log_file_once) {
+    itest::Reaperd daemon("", "logs:\n  max_size: 1MiB\n");
+    daemon.start();
+    Fixture f;
+    auto id = f.run(burst_then_sleep, "s-daemon-none", reaper::LogConfig{"none", {}});
+    BOOST_TEST(eventually([&] { return daemon.log_count("LOG_DRIVER=none") > 0; }));
+    std::this_thread::sleep_for(2s);
+    BOOST_TEST(daemon.log_count("LOG_DRIVER=none") == 1u);
+    BOOST_TEST(daemon.log_count("CONTAINER_ID=" + id) == 1u);
+    BOOST_TEST(f.running(id));
+    BOOST_TEST(daemon.terminate() == 0);
 }
