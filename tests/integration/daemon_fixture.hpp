@@ -81,14 +81,21 @@ public:
         fs::remove_all(dir, ec);
     }
 
+    // Test defaults (lease_grace 2s, fast retries) unless the given lines set those keys.
     void write_config(const std::string& sessions_yaml, const std::string& reaper_yaml) {
+        auto unless_set = [](const std::string& yaml, const std::string& line) {
+            auto key = line.substr(0, line.find(':') + 1);
+            return yaml.find(key) == std::string::npos ? line : std::string();
+        };
         std::ofstream out(dir + "/reaperd.yaml");
         out << "engine:\n  host: " << reaper::test::engine().address() << "\n"
             << "control:\n  socket: " << socket << "\n"
             << "state:\n  dir: " << dir << "/state\n"
-            << "sessions:\n  lease_grace: 2s\n" << sessions_yaml
-            << "reaper:\n  retry_initial: 200ms\n  retry_max: 2s\n  resync_interval: 30s\n"
-            << reaper_yaml;
+            << "sessions:\n"
+            << unless_set(sessions_yaml, "  lease_grace: 2s\n") << sessions_yaml << "reaper:\n"
+            << unless_set(reaper_yaml, "  retry_initial: 200ms\n")
+            << unless_set(reaper_yaml, "  retry_max: 2s\n")
+            << unless_set(reaper_yaml, "  resync_interval: 30s\n") << reaper_yaml;
     }
 
     // Starts reaperd and waits until it is ready (engine answered, initial list done).
@@ -119,12 +126,17 @@ public:
         int rc = posix_spawn(&pid_, REAPERD_PATH, &actions, nullptr, argv.data(), envp.data());
         posix_spawn_file_actions_destroy(&actions);
         BOOST_REQUIRE_MESSAGE(rc == 0, "spawning reaperd: " << std::strerror(rc));
-        if (wait_ready)
-            BOOST_REQUIRE_MESSAGE(eventually([&] { return ready(); }),
-                                  "reaperd did not become ready; its log:\n" << log_text());
-        else
-            BOOST_REQUIRE_MESSAGE(eventually([&] { return answers(); }),
-                                  "reaperd did not answer; its log:\n" << log_text());
+        int status = 0;
+        bool exited = false;
+        bool ok = eventually([&] {
+            if (::waitpid(pid_, &status, WNOHANG) == pid_) exited = true;
+            return exited || (wait_ready ? ready() : answers());
+        });
+        if (exited) pid_ = -1;
+        BOOST_REQUIRE_MESSAGE(ok && !exited, "reaperd did not "
+                                                 << (wait_ready ? "become ready" : "answer")
+                                                 << (exited ? " (it exited)" : "") << "; its log:\n"
+                                                 << log_text());
     }
 
     pid_t pid() const { return pid_; }
@@ -178,6 +190,15 @@ public:
             if (s->getValue<std::string>("id") == session) return s->getValue<std::string>("state");
         }
         return "";
+    }
+    // How many tracked containers the session has (0 when it is not listed).
+    int containers_of(const std::string& session) const {
+        auto sessions = status()->getArray("sessions");
+        for (std::size_t i = 0; i < sessions->size(); ++i) {
+            auto s = sessions->getObject(static_cast<unsigned>(i));
+            if (s->getValue<std::string>("id") == session) return s->getValue<int>("containers");
+        }
+        return 0;
     }
     std::size_t pending_reaps() const { return status()->getValue<std::size_t>("pending_reaps"); }
     std::string log_text() const {

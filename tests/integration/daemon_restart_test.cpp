@@ -25,7 +25,7 @@ BOOST_AUTO_TEST_CASE(engine_killed_while_a_session_ends_is_reaped_once_back_by_t
     std::string a = run_container(session_label("eng-1"));
     std::string bystander = run_container({{"app", "keep-me"}});
     auto lease = d.control().lease("eng-1");
-    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 1; }));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("eng-1") == 1; }));
 
     reaper::test::engine().kill();
     BOOST_TEST(eventually([&] { return d.status()->getValue<std::string>("engine") == "down"; }));
@@ -56,7 +56,7 @@ BOOST_AUTO_TEST_CASE(sigkill_keeps_tombstones_and_lease_deadlines) {
     auto held_lease = d.control().lease("held-1");
     {
         auto lease = d.control().lease("grace-1");
-        BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 2; }));
+        BOOST_REQUIRE(eventually([&] { return d.containers_of("grace-1") == 1 && d.containers_of("held-1") == 1; }));
     }
     BOOST_REQUIRE(eventually([&] { return d.session_state("grace-1") == "grace"; }));
     auto grace_deadline = session_of(d, "grace-1")->getValue<std::string>("deadline");
@@ -87,7 +87,7 @@ BOOST_AUTO_TEST_CASE(sigkill_keeps_pending_reaps_while_the_engine_is_down) {
     Reaperd d;
     d.start();
     std::string a = run_container(session_label("pend-1"));
-    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 1; }));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("pend-1") == 1; }));
     reaper::test::engine().kill();
     BOOST_REQUIRE(eventually([&] { return d.status()->getValue<std::string>("engine") == "down"; }));
     d.control().end("pend-1");
@@ -118,7 +118,7 @@ BOOST_AUTO_TEST_CASE(a_corrupt_state_file_is_kept_aside_and_rebuilt_from_the_eng
     for (const auto& entry : fs::directory_iterator(d.dir + "/state"))
         kept_aside |= entry.path().filename().string().rfind("state.json.corrupt-", 0) == 0;
     BOOST_TEST(kept_aside);
-    BOOST_TEST(d.status()->getValue<int>("tracked_containers") >= 1);
+    BOOST_TEST(eventually([&] { return d.containers_of("corrupt-1") == 1; }));
     d.control().end("corrupt-1");
     BOOST_TEST(eventually([&] { return !exists(a); }));
 }

@@ -30,7 +30,7 @@ BOOST_AUTO_TEST_CASE(a_dropped_lease_reaps_after_the_grace_and_not_before) {
     auto lease = d.control().lease("grace-1");
     std::string a = run_container(session_label("grace-1"));
     std::string b = run_container(session_label("grace-1"), false);  // created, never started
-    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 2; }));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("grace-1") == 2; }));
     BOOST_TEST(d.session_state("grace-1") == "leased");
     lease->release();
     BOOST_REQUIRE(eventually([&] { return d.session_state("grace-1") != "leased"; }));
@@ -61,7 +61,7 @@ BOOST_AUTO_TEST_CASE(an_explicit_end_reaps_promptly_and_later_containers_too) {
     d.start();
     auto lease = d.control().lease("end-1");
     std::string a = run_container(session_label("end-1"));
-    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 1; }));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("end-1") == 1; }));
     auto ended = std::chrono::steady_clock::now();
     d.control().end("end-1");
     BOOST_TEST(eventually([&] { return !exists(a); }, 30s));
@@ -91,7 +91,7 @@ BOOST_AUTO_TEST_CASE(unlabeled_and_leased_containers_survive_while_others_are_re
                                              : reaper::Labels{{"org.testcontainers.sessionId", "doomed"}}));
     {
         auto lease = d.control().lease("doomed");
-        BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 8; }));
+        BOOST_REQUIRE(eventually([&] { return d.containers_of("doomed") == 6 && d.containers_of("keep") == 2; }));
     }
     // While the reaps run, orphan reports and ends aimed at survivors must change nothing.
     d.control().report_orphan(survivors[0], "doomed");
@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(dry_run_removes_nothing_and_says_what_it_would_do) {
     d.start();
     std::string a = run_container(session_label("dry-1"));
     std::string b = run_container(session_label("dry-1"));
-    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 2; }));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("dry-1") == 2; }));
     d.control().end("dry-1");
     d.control().report_orphan(b, "dry-1");
     BOOST_TEST(eventually([&] { return d.log_count("dry run: would reap") >= 2; }, 30s));
@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(garbage_on_the_control_socket_gets_an_error_and_the_daemon_
     BOOST_TEST(d.running());
     BOOST_TEST(d.ready());
     std::string a = run_container(session_label("after-garbage"));
-    BOOST_REQUIRE(eventually([&] { return d.status()->getValue<int>("tracked_containers") == 1; }));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("after-garbage") == 1; }));
     d.control().end("after-garbage");
     BOOST_TEST(eventually([&] { return !exists(a); }, 30s));
 }
