@@ -20,7 +20,9 @@ void reloading() {
 void stopping() { sd_notify(0, "STOPPING=1"); }
 
 void status(std::string_view line) {
-    std::string message = "STATUS=" + std::string(line);
+    // A newline would end the STATUS= assignment and start another one.
+    std::string message = "STATUS=";
+    for (char c : line) message += (c == '\n' || c == '\r') ? ' ' : c;
     sd_notify(0, message.c_str());
 }
 
