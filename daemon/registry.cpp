@@ -209,6 +209,11 @@ std::optional<TimePoint> parse_rfc3339(const std::string& text) {
     } else if (text[pos] != 'Z' && text[pos] != 'z') {
         return std::nullopt;
     }
+    // The clock counts nanoseconds in 64 bits (years 1678 to 2262); the engine's zero time
+    // (0001-01-01T00:00:00Z) and the like are outside it, so they are not times we can use.
+    constexpr auto clock_seconds =
+        std::chrono::duration_cast<std::chrono::seconds>(Clock::duration::max()).count() - 1;
+    if (seconds > clock_seconds || seconds < -clock_seconds) return std::nullopt;
     return TimePoint{std::chrono::duration_cast<Clock::duration>(std::chrono::seconds{seconds} +
                                                                  std::chrono::nanoseconds{nanos})};
 }
