@@ -58,7 +58,13 @@ std::optional<TimePoint> optional_time(const Poco::JSON::Object::Ptr& o, const s
     if (!o->has(key) || o->isNull(key)) return std::nullopt;
     if (!o->get(key).isInteger())
         throw StateCorrupt(where + ": \"" + key + "\" must be an integer (unix ms)");
-    return from_unix_ms(o->getValue<std::int64_t>(key));
+    const auto ms = o->getValue<std::int64_t>(key);
+    // The clock counts nanoseconds in 64 bits: a hand-edited time beyond that would overflow.
+    constexpr auto clock_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::duration::max()).count();
+    if (ms > clock_ms || ms < -clock_ms)
+        throw StateCorrupt(where + ": \"" + key + "\" is out of range");
+    return from_unix_ms(ms);
 }
 
 }  // namespace
