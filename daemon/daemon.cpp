@@ -347,24 +347,6 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
         for (const auto& [id, known] : registry_.containers)
             if (!listed->ids.count(id)) vanished.push_back(id);
         for (const auto& id : vanished) container_gone(id);
-        // Reaps of containers that no longer exist are done, whoever removed them.
-        for (auto it = registry_.pending.begin(); it != registry_.pending.end();) {
-            if (!it->second.in_flight && !listed->ids.count(it->first) &&
-                !registry_.containers.count(it->first)) {
-                // An orphan report may name a container by name; only ids are listed, so
-                // leave those to the reaper's own inspect.
-                bool by_id = it->first.size() == 64;
-                if (by_id) {
-                    log(Priority::info, {}, "pending reap dropped: the container is gone",
-                        container_fields(it->first, it->second.name, it->second.session,
-                                         "none"));
-                    it = registry_.pending.erase(it);
-                    dirty_ = true;
-                    continue;
-                }
-            }
-            ++it;
-        }
     }
 }
 
