@@ -128,13 +128,6 @@ void Session::log(LogLevel level, std::string message, std::exception_ptr error)
     }
 }
 
-void Session::begin_open() {
-    if (phase_ != Phase::Fresh)
-        throw std::logic_error("session " + session_id_ + " was already opened; a Session opens once");
-    phase_ = Phase::Open;
-    delete_on_exit_ = options_.delete_on_exit.value_or(true);
-}
-
 void Session::acquire_lease() {
     if (!options_.use_daemon) return;
     try {
@@ -174,40 +167,38 @@ void Session::open_created(const ContainerSpec& requested, const std::vector<std
     if (driver_takes_caps(spec.log_config.type))
         for (const auto& [key, value] : options_.log_caps) spec.log_config.options.emplace(key, value);
 
-    begin_open();
-    engine_ = options_.engine_factory();
-    if (!engine_) {
-        phase_ = Phase::Closed;
-        throw std::logic_error("engine factory returned no engine");
-    }
-    try {
-        acquire_lease();
+    open_with([&] {
         created_ = true;
         container_id_ = engine_->create(spec);
         log(LogLevel::Debug, "created container from image " + spec.image);
         engine_->start(container_id_);
         wait_ready(probe, ready_timeout);
-    } catch (...) {
-        auto original = std::current_exception();
-        cleanup_failed_open();
-        std::rethrow_exception(original);
-    }
+    });
 }
 
 void Session::attach(const std::string& id_or_name) {
     if (id_or_name.empty()) throw std::invalid_argument("attach: empty container id or name");
-    begin_open();
-    delete_on_exit_ = options_.delete_on_exit.value_or(false);
-    engine_ = options_.engine_factory();
-    if (!engine_) {
-        phase_ = Phase::Closed;
-        throw std::logic_error("engine factory returned no engine");
-    }
-    try {
-        acquire_lease();
+    open_with([&] {
+        delete_on_exit_ = options_.delete_on_exit.value_or(false);
         container_id_ = engine_->inspect(id_or_name).id;
         log(LogLevel::Debug, "attached to " + id_or_name);
         wait_ready(options_.readiness_probe, options_.ready_timeout);
+    });
+}
+
+void Session::open_with(const std::function<void()>& steps) {
+    if (phase_ != Phase::Fresh)
+        throw std::logic_error("session " + session_id_ + " was already opened; a Session opens once");
+    phase_ = Phase::Closed;  // until the client is acquired, a failure leaves nothing to clean
+    teardown_ = TeardownResult{};
+    engine_ = options_.engine_factory();
+    if (!engine_) throw std::logic_error("engine factory returned no engine");
+    phase_ = Phase::Open;
+    teardown_.reset();
+    delete_on_exit_ = options_.delete_on_exit.value_or(true);
+    try {
+        acquire_lease();
+        steps();
     } catch (...) {
         auto original = std::current_exception();
         cleanup_failed_open();

@@ -164,7 +164,7 @@ BOOST_FIXTURE_TEST_CASE(waits_for_health_and_probe, Fixture) {
     auto o = options();
     o.readiness_probe = {"test", "-e", "/ready"};
     Session session(o);
-    std::thread healer([state = state] {
+    std::thread healer([state = state.get()] {
         std::this_thread::sleep_for(50ms);
         std::lock_guard lock(state->mutex);
         for (auto& [id, c] : state->containers) c.info.state.health_status = "healthy";
@@ -230,7 +230,7 @@ BOOST_FIXTURE_TEST_CASE(create_fails, Fixture) {
 BOOST_FIXTURE_TEST_CASE(create_times_out_after_the_engine_made_it, Fixture) {
     auto o = options();
     o.session_id = "lost-answer";
-    state->next_faults["create"].push_back([state = state] {
+    state->next_faults["create"].push_back([state = state.get()] {
         FakeEngine::add_running(*state, "made", {{"reaperd.session", "lost-answer"}});
         throw Timeout(0, "", "create: timed out");
     });
@@ -288,7 +288,7 @@ BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_dies_while_settling, Fixture)
     auto o = options();
     o.ready_settle = 200ms;
     state->next_faults["inspect"].push_back([] {});
-    state->next_faults["inspect"].push_back([state = state] {
+    state->next_faults["inspect"].push_back([state = state.get()] {
         std::lock_guard lock(state->mutex);
         for (auto& [id, c] : state->containers) {
             c.info.state.running = false;
@@ -420,7 +420,7 @@ BOOST_FIXTURE_TEST_CASE(removal_in_progress_ends_when_it_is_gone, Fixture) {
     Session session(options());
     session.create(spec());
     auto id = session.container_id();
-    state->always_faults["remove"] = [state = state, id] {
+    state->always_faults["remove"] = [state = state.get(), id] {
         std::lock_guard lock(state->mutex);
         state->containers.erase(id);  // the engine's own removal finishes
         throw Conflict(409, "removal of container is already in progress", "remove: 409");

@@ -140,7 +140,7 @@ const char* to_string(TeardownResult::Container outcome);
 class Session {
 public:
     // Holds nothing and connects nowhere until an open call. Throws std::invalid_argument for
-    // a bad session id.
+    // a bad session id or label key, or a bad DOCKER_HOST when no engine_factory is given.
     explicit Session(SessionOptions options = {});
     ~Session();  // close()
     Session(const Session&) = delete;
@@ -186,7 +186,8 @@ public:
 private:
     enum class Phase { Fresh, Open, Closed };
 
-    void begin_open();
+    // Acquires the client, then runs `steps`; on any failure cleans up and rethrows.
+    void open_with(const std::function<void()>& steps);
     void open_created(const ContainerSpec& spec, const std::vector<std::string>& probe,
                       std::chrono::milliseconds ready_timeout);
     void acquire_lease();
