@@ -79,6 +79,10 @@ struct Watched {
 
     bool reported_bad_label = false;
     bool reported_not_capped = false;
+    // A local-driver container fed before the data root was known waits a check interval
+    // for it (see Loop::learn_root) before it is reported as not capped.
+    bool root_wait_over = false;
+    Clock::time_point fed_at{};
 
     // Truncations not yet logged (see Options::log_coalesce).
     unsigned pending_cuts = 0;
@@ -98,6 +102,9 @@ struct LogCapper::Loop {
     std::map<std::string, Watched> containers;
     std::map<int, std::vector<std::string>> by_wd;
     bool stopping = false;
+    // The engine's data root as learned from a json-file LogPath, for local-driver
+    // containers fed without ContainerLog::docker_root_dir.
+    std::string learned_root;
 
     Loop(LogCapper& owner, LogsConfig logs) : owner(owner), logs(logs) {
         inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -246,8 +253,8 @@ struct LogCapper::Loop {
         bool owned = !w.info.session.empty();
         auto old_files = w.files;
         w.cap = logcap::resolve_cap(w.info.labels, logs.max_size_bytes);
-        w.files = logcap::locate_log(w.info.id, w.info.log_driver, w.info.log_path,
-                                     w.info.docker_root_dir);
+        const std::string& root = w.info.docker_root_dir.empty() ? learned_root : w.info.docker_root_dir;
+        w.files = logcap::locate_log(w.info.id, w.info.log_driver, w.info.log_path, root);
         bool in_scope = owned || logs.scope == LogScope::all;
         bool wants_cap = in_scope && !w.cap.exempt &&
                          (w.cap.cap_bytes > 0 || logs.total_max_size_bytes > 0);
@@ -262,13 +269,16 @@ struct LogCapper::Loop {
                        format_size(logs.max_size_bytes),
                    std::move(fields));
         }
-        if (wants_cap && !w.files && !w.reported_not_capped) {
+        bool awaiting_root = w.info.log_driver == "local" && root.empty() && !w.root_wait_over;
+        if (wants_cap && !w.files && !w.reported_not_capped && !awaiting_root) {
             w.reported_not_capped = true;
             auto fields = container_fields(w, "none");
             fields.push_back({"LOG_DRIVER", w.info.log_driver});
             record(Priority::warning, {},
                    "container " + w.info.name + " (" + short_id(w.info.id) + "): its log driver \"" +
-                       w.info.log_driver + "\" writes no file reaperd can cut; its log is not capped",
+                       w.info.log_driver + "\" writes no file reaperd can cut" +
+                       (w.info.log_driver == "local" ? " (the engine's data root is not known)" : "") +
+                       "; its log is not capped",
                    std::move(fields));
         }
         w.active = wants_cap && w.files.has_value();
@@ -280,10 +290,36 @@ struct LogCapper::Loop {
         ensure_watch(w);
     }
 
+    // The engine keeps every json-file log at <root>/containers/<id>/<id>-json.log, so one
+    // such container tells where the local driver's files are too.
+    void learn_root(const ContainerLog& info) {
+        if (!learned_root.empty() || info.log_driver != "json-file") return;
+        std::string tail = "/containers/" + info.id + "/" + info.id + "-json.log";
+        const auto& path = info.log_path;
+        if (info.id.empty() || path.size() <= tail.size() || path.compare(path.size() - tail.size(), tail.size(), tail) != 0)
+            return;
+        learned_root = path.substr(0, path.size() - tail.size());
+        for (auto& [id, w] : containers)
+            if (!w.active && w.info.log_driver == "local" && w.info.docker_root_dir.empty()) refresh(w);
+    }
+
+    // Local-driver containers still waiting for the data root have waited long enough.
+    void end_root_waits(Clock::time_point now) {
+        for (auto& [id, w] : containers)
+            if (!w.active && !w.root_wait_over && w.info.log_driver == "local" &&
+                now - w.fed_at >= logs.check_interval) {
+                w.root_wait_over = true;
+                refresh(w);
+            }
+    }
+
     void add(ContainerLog info) {
-        auto& w = containers[info.id];
+        auto [it, fresh] = containers.try_emplace(info.id);
+        Watched& w = it->second;
+        if (fresh) w.fed_at = Clock::now();
         w.info = std::move(info);
         refresh(w);
+        learn_root(w.info);
     }
 
     void remove(const std::string& id) {
@@ -625,6 +661,7 @@ void LogCapper::run_watcher() {
         }
         bool full = now >= next_backstop;
         if (full) {
+            loop.end_root_waits(now);
             next_backstop = now + options_.logs.check_interval;
             changed = true;
         }

@@ -38,7 +38,9 @@ struct ContainerLog {
     std::string log_path;    // inspect's LogPath ("" before the first start, or no file)
     std::string log_driver;  // HostConfig.LogConfig.Type
     reaper::Labels labels;
-    std::string docker_root_dir;  // GET /info DockerRootDir: locates the local driver's files
+    // GET /info DockerRootDir: locates the local driver's files. May be "": the capper then
+    // learns the root from any json-file container's LogPath.
+    std::string docker_root_dir;
 };
 
 // Monotonic counters since the capper was made, for metrics.

@@ -1,6 +1,7 @@
 #include "logcap_policy.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace reaperd::logcap {
@@ -72,8 +73,11 @@ void GrowthEstimator::observe(std::uint64_t bytes, Clock::time_point now) {
     if (elapsed < min_window) return;
     double seconds = std::chrono::duration<double>(elapsed).count();
     double measured = static_cast<double>(bytes - window_bytes_) / seconds;
-    // Up at once; down by 30% of the gap per window (about 100 ms to halve at 20 ms windows).
-    rate_ = measured >= rate_ ? measured : rate_ + 0.3 * (measured - rate_);
+    double sustained = std::min(measured, last_window_rate_);
+    last_window_rate_ = measured;
+    // Up at once; down by 30% of the gap per 20 ms that passed (about 40 ms to halve).
+    double keep = std::pow(0.7, seconds / std::chrono::duration<double>(min_window).count());
+    rate_ = sustained >= rate_ ? sustained : sustained + keep * (rate_ - sustained);
     window_bytes_ = bytes;
     window_start_ = now;
 }

@@ -51,9 +51,12 @@ std::optional<LogFiles> locate_log(const std::string& id, const std::string& log
 bool is_rotation(std::string_view name, std::string_view live_name);
 
 // ---- growth rate and the mark --------------------------------------------------------------
-// Estimates how fast a log grows from the sizes seen at each check. The estimate follows a
-// rise at once and decays slowly, because underestimating a runaway writer is what makes a
-// cap overshoot; a cut (the size going down) starts a new measuring window.
+// Estimates how fast a log keeps growing from the sizes seen at each check. A rate counts
+// once two windows in a row show it (the lower of the two), so a single burst (a stack
+// trace dumped at once) is not taken for a runaway and cut at a lowered mark. The estimate
+// then follows a rise at once and decays over ~100 ms of slower windows, because
+// underestimating a runaway is what makes a cap overshoot. A cut (the size going down)
+// starts a new window and keeps the rate: the writer goes on.
 class GrowthEstimator {
 public:
     using Clock = std::chrono::steady_clock;
@@ -67,6 +70,7 @@ private:
     bool started_ = false;
     std::uint64_t window_bytes_ = 0;
     Clock::time_point window_start_{};
+    double last_window_rate_ = 0;
     double rate_ = 0;
 };
 

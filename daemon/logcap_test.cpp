@@ -197,19 +197,32 @@ BOOST_AUTO_TEST_CASE(rotation_names) {
     BOOST_TEST(!is_rotation("config.v2.json", "c-json.log"));
 }
 
-BOOST_AUTO_TEST_CASE(growth_rises_at_once_and_decays_slowly) {
+BOOST_AUTO_TEST_CASE(growth_counts_when_sustained_and_decays_over_time) {
     GrowthEstimator growth;
     auto t = GrowthEstimator::Clock::time_point{} + 1h;
     growth.observe(0, t);
     growth.observe(700'000, t + 5ms);  // inside the minimum window: not measured yet
     BOOST_TEST(growth.bytes_per_second() == 0.0);
-    growth.observe(1'400'000, t + 20ms);
+    growth.observe(1'400'000, t + 20ms);  // one window at 70 MB/s: could be a burst
+    BOOST_TEST(growth.bytes_per_second() == 0.0);
+    growth.observe(2'800'000, t + 40ms);  // two: a runaway
     BOOST_TEST(growth.bytes_per_second() == 70e6, boost::test_tools::tolerance(0.01));
-    growth.observe(0, t + 30ms);  // cut: a new window, the rate is kept
+    growth.observe(0, t + 45ms);  // cut: a new window, the rate is kept
     BOOST_TEST(growth.bytes_per_second() == 70e6, boost::test_tools::tolerance(0.01));
-    growth.observe(0, t + 50ms);  // quiet for a window: decays, not drops
+    growth.observe(0, t + 65ms);  // quiet for 20 ms: decays, not drops
     BOOST_TEST(growth.bytes_per_second() > 40e6);
     BOOST_TEST(growth.bytes_per_second() < 70e6);
+    growth.observe(0, t + 1065ms);  // quiet for a second: gone
+    BOOST_TEST(growth.bytes_per_second() < 1e3);
+}
+
+BOOST_AUTO_TEST_CASE(a_single_burst_is_not_a_rate) {
+    GrowthEstimator growth;
+    auto t = GrowthEstimator::Clock::time_point{} + 1h;
+    growth.observe(0, t);
+    growth.observe(512 * 1024, t + 20ms);
+    growth.observe(512 * 1024, t + 1s);
+    BOOST_TEST(growth.bytes_per_second() == 0.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -434,6 +447,37 @@ BOOST_AUTO_TEST_CASE(the_local_driver_is_capped_in_its_own_directory) {
     append((dir / "container.log").string(), 400 * 1024);
     BOOST_TEST_REQUIRE(eventually([&] { return !fs::exists(dir / "container.log.1.gz"); }));
     BOOST_TEST(size_of((dir / "container.log").string()) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_data_root_is_learned_from_a_json_file_log_path) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto local = f.container("c4", "s1", "local");
+    local.docker_root_dir.clear();
+    auto dir = f.root / "containers" / local.id / "local-logs";
+    fs::create_directories(dir);
+    append((dir / "container.log").string(), 2 * MiB);
+    capper.add(local);
+    auto json = f.container("c5", "s1");
+    json.docker_root_dir.clear();
+    capper.add(json);
+    BOOST_TEST_REQUIRE(eventually([&] { return size_of((dir / "container.log").string()) == 0u; }));
+    BOOST_TEST(capper.watched() == 2u);
+    BOOST_TEST(f.records.with("ACTION", "none").empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_local_log_with_no_known_root_is_reported_after_a_check_interval) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto local = f.container("c6", "s1", "local");
+    local.docker_root_dir.clear();
+    capper.add(local);
+    BOOST_TEST_REQUIRE(eventually([&] { return f.records.with("CONTAINER_ID", local.id).size() == 1u; }));
+    auto r = f.records.with("CONTAINER_ID", local.id).front();
+    BOOST_TEST(r.fields["LOG_DRIVER"] == "local");
+    BOOST_TEST(r.message.find("data root") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(drivers_without_files_are_reported_once) {
