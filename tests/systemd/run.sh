@@ -286,7 +286,7 @@ docker_cli rm -f "$bystander" >/dev/null
 step "SIGSTOP: the watchdog restarts reaperd"
 old_pid=$(unit_prop MainPID)
 old_restarts=$(unit_prop NRestarts)
-in_ctr kill -STOP "$old_pid"
+in_ctr systemctl kill --kill-whom=main --signal=SIGSTOP reaperd.service
 t0=$(date +%s%N)
 restarted() {
   local pid
@@ -316,12 +316,17 @@ if in_ctr systemctl reload reaperd.service; then
 else
   fail "systemctl reload failed"
 fi
-config_error() { in_ctr journalctl -u reaperd.service --no-pager --since "$since" 2>/dev/null | grep -q "lease_grace"; }
+# The record is at priority err, and its fields (or message) name the bad key.
+config_record=""
+config_error() {
+  config_record=$(journal_json --since "$since" -p err | grep -F "not reloaded" | tail -n 1)
+  grep -q "lease_grace" <<<"$config_record"
+}
 if wait_for 30 config_error; then
-  pass "the error is in the journal: $(in_ctr journalctl -u reaperd.service --no-pager --since "$since" -o cat | grep -m1 'not reloaded')"
+  pass "the error is in the journal: $(grep -o '"MESSAGE":"[^"]*"' <<<"$config_record") $(grep -o '"ERROR":"[^"]*"' <<<"$config_record")"
 else
-  in_ctr journalctl -u reaperd.service --no-pager --since "$since"
-  fail "no config error in the journal after the reload"
+  in_ctr journalctl -u reaperd.service --no-pager --since "$since" -o json
+  fail "no config error (priority err, naming lease_grace) in the journal after the reload"
 fi
 sleep 2
 if is_active && [ "$(unit_prop MainPID)" = "$pid" ]; then
@@ -335,6 +340,15 @@ else
   fail "reaperctl status fails after the broken reload"
 fi
 in_ctr cp /tmp/reaperd.yaml.good /etc/reaperd/reaperd.yaml
+since=$(in_ctr date '+%Y-%m-%d %H:%M:%S' | tr -d '\r')
+sleep 1
+in_ctr systemctl reload reaperd.service
+reloaded() { journal_json --since "$since" | grep -qF '"MESSAGE":"configuration reloaded"'; }
+if wait_for 30 reloaded && is_active; then
+  pass "the fixed config reloads"
+else
+  fail "no 'configuration reloaded' after restoring the config"
+fi
 
 # 6. A clean stop.
 step "systemctl stop"
