@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <reaper/client.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -310,7 +311,7 @@ public:
             return;
         }
         if (ec == std::errc::result_out_of_range) {
-            problem(mark, key, expected + quote(text) + " (too large)");
+            problem(mark, key, expected + quote(text) + ": too large");
             return;
         }
         out = value;
@@ -506,7 +507,9 @@ template <typename Visit>
 void for_each_key(Parser& parser, const YAML::Node& map, const std::string& prefix, Visit visit) {
     std::map<std::string, int> first_line;
     for (auto it = map.begin(); it != map.end(); ++it) {
-        const YAML::Node& key_node = it->first;
+        // Copies: the iterator hands out a temporary pair.
+        const YAML::Node key_node = it->first;
+        const YAML::Node value = it->second;
         if (!key_node.IsScalar()) {
             parser.problem(key_node.Mark(), prefix, "expected a key name; got " + describe(key_node));
             continue;
@@ -519,7 +522,7 @@ void for_each_key(Parser& parser, const YAML::Node& map, const std::string& pref
                            "duplicate key; first given at line " + std::to_string(seen->second));
             continue;
         }
-        visit(name, dotted, key_node, it->second);
+        visit(name, dotted, key_node, value);
     }
 }
 
@@ -588,25 +591,6 @@ bool host_port_valid(std::string_view text, std::string& why) {
     return host_chars;
 }
 
-// The forms reaper::EngineAddress::parse accepts: unix:///abs/path, tcp://host:port, /abs/path.
-bool engine_address_valid(const std::string& text, std::string& why) {
-    constexpr std::string_view unix_scheme = "unix://";
-    constexpr std::string_view tcp_scheme = "tcp://";
-    if (text.rfind(unix_scheme, 0) == 0) {
-        if (!absolute_path(text.substr(unix_scheme.size()))) {
-            why = "the socket path must be absolute, as in unix:///var/run/docker.sock";
-            return false;
-        }
-        return true;
-    }
-    if (text.rfind(tcp_scheme, 0) == 0)
-        return host_port_valid(std::string_view(text).substr(tcp_scheme.size()), why);
-    if (absolute_path(text))
-        return true;
-    why = text.find("://") != std::string::npos ? "only unix:// and tcp:// are supported" : "";
-    return false;
-}
-
 bool group_valid(const std::string& group) {
     if (group.empty() || group.size() > 32)
         return false;
@@ -640,12 +624,14 @@ void validate(Parser& p, const Config& c) {
     };
 
     if (!c.engine.host.empty()) {
-        std::string why;
-        const bool ok = engine_address_valid(c.engine.host, why);
-        check({"engine.host"}, ok, "engine.host",
-              with_reason("expected unix:///path, tcp://host:port or an absolute socket path; got " +
-                              quote(c.engine.host),
-                          why));
+        // The client's own parser, so the check can never disagree with the connection.
+        std::string error;
+        try {
+            reaper::EngineAddress::parse(c.engine.host);
+        } catch (const std::invalid_argument& e) {
+            error = e.what();
+        }
+        check({"engine.host"}, error.empty(), "engine.host", error);
     }
     at_least("engine.request_timeout", c.engine.request_timeout, 100ms, "");
 
