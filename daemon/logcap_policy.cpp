@@ -75,8 +75,9 @@ void GrowthEstimator::observe(std::uint64_t bytes, Clock::time_point now) {
     double measured = static_cast<double>(bytes - window_bytes_) / seconds;
     double sustained = std::min(measured, last_window_rate_);
     last_window_rate_ = measured;
-    // Up at once; down by 30% of the gap per 20 ms that passed (about 40 ms to halve).
-    double keep = std::pow(0.7, seconds / std::chrono::duration<double>(min_window).count());
+    // Up at once; down with a half-life of half a second, so a runaway whose writes come
+    // in scheduler-sized bursts on a busy machine keeps its rate between bursts.
+    double keep = std::pow(0.5, seconds / 0.5);
     rate_ = sustained >= rate_ ? sustained : sustained + keep * (rate_ - sustained);
     window_bytes_ = bytes;
     window_start_ = now;

@@ -54,7 +54,7 @@ bool is_rotation(std::string_view name, std::string_view live_name);
 // Estimates how fast a log keeps growing from the sizes seen at each check. A rate counts
 // once two windows in a row show it (the lower of the two), so a single burst (a stack
 // trace dumped at once) is not taken for a runaway and cut at a lowered mark. The estimate
-// then follows a rise at once and decays over ~100 ms of slower windows, because
+// then follows a rise at once and decays with a half-life of 0.5 s, because
 // underestimating a runaway is what makes a cap overshoot. A cut (the size going down)
 // starts a new window and keeps the rate: the writer goes on.
 class GrowthEstimator {
@@ -75,9 +75,11 @@ private:
 };
 
 // How long the capper allows between a log reaching its mark and being cut: its own check
-// interval, plus the scheduler delay the capper's thread sees on a busy machine (the writer,
-// the shim and dockerd keep both cores busy while a runaway writes), with a wide margin.
-inline constexpr std::chrono::milliseconds reaction_budget{100};
+// gap (at most 10 ms), plus the scheduler delay its thread sees on a busy machine (the
+// writer, the shim and dockerd keep both cores busy while a runaway writes). On the 2-core
+// test machine at a load average of 13, cuts came up to ~60 ms after the mark; 200 ms
+// leaves a wide margin. For a writer at 70 MB/s this puts the mark at half the cap.
+inline constexpr std::chrono::milliseconds reaction_budget{200};
 
 // What a log growing at `bytes_per_second` adds during reaction_budget.
 std::uint64_t headroom_for(double bytes_per_second);

@@ -181,7 +181,7 @@ BOOST_AUTO_TEST_CASE(truncate_keeps_a_runaway_running_and_its_log_under_the_cap)
     BOOST_TEST_MESSAGE("max log size over 5 s: " << max << " bytes; cuts: " << capper.counters().truncations);
     BOOST_TEST(max <= 10 * MiB);
     BOOST_TEST(capper.counters().truncations > 0u);
-    BOOST_TEST(capper.counters().log_bytes_dropped > 10 * MiB);
+    BOOST_TEST(capper.counters().log_bytes_dropped >= 5 * MiB);  // a cut comes at half the cap or later
     BOOST_TEST(f.running(id));
     BOOST_TEST(f.records.count("ACTION", "truncate") > 0u);
     // The writer is still writing, from the start of the file.
