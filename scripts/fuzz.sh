@@ -37,12 +37,17 @@ for target in "${targets[@]}"; do
   corpus=$build/corpus/$target
   findings=$build/findings/$target
   mkdir -p "$corpus" "$findings"
+  case $target in
+    config_fuzz | template_fuzz) dict=fuzz/yaml.dict ;;
+    units_fuzz) dict=fuzz/units.dict ;;
+    *) dict=fuzz/json.dict ;;
+  esac
   echo "fuzz: $target for ${seconds}s (seeds: $seeds)"
   started=$SECONDS
   # -rss_limit_mb: ASan's shadow memory plus the fuzzer's corpus fit well under 2 GiB; more
   # is a leak or a blow-up. -timeout: one input taking over 10 s is a hang.
   if "$build/fuzz/$target" "$corpus" "$seeds" -max_total_time="$seconds" -timeout=10 \
-      -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$findings/" \
+      -rss_limit_mb=2048 -max_len=65536 -dict="$dict" -print_final_stats=1 -artifact_prefix="$findings/" \
       >"$build/$target.log" 2>&1; then
     echo "fuzz: $target ok: $(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$build/$target.log" |
       grep -Eo '[0-9]+$') runs in $((SECONDS - started))s, corpus $(ls "$corpus" | wc -l) inputs"
