@@ -214,3 +214,35 @@ BOOST_AUTO_TEST_CASE(sigterm_exits_zero_and_keeps_sessions_in_grace) {
     BOOST_TEST(d.session_state("term-1") == "grace");
     BOOST_TEST(exists(a));
 }
+
+BOOST_AUTO_TEST_CASE(max_age_label_reaps_an_old_container_of_a_live_session) {
+    Reaperd d;
+    d.start();
+    auto lease = d.control().lease("age-1");
+    std::string old_one = run_container({{"reaperd.session", "age-1"}, {"reaperd.max-age", "3s"}});
+    std::string young = run_container(session_label("age-1"));  // sessions.max_age is off
+    std::string bad = run_container({{"reaperd.session", "age-1"}, {"reaperd.max-age", "later"}});
+    BOOST_TEST(eventually([&] { return !exists(old_one); }));
+    BOOST_TEST(exists(young));
+    BOOST_TEST(exists(bad));
+    BOOST_TEST(d.log_count("\"later\" is not a duration") == 1u);
+    std::string metrics = d.control().metrics_text();
+    BOOST_TEST(metrics.find("reaperd_reaps_done_total 1\n") != std::string::npos, metrics);
+    BOOST_TEST(metrics.find("reaperd_sessions{state=\"leased\"} 1\n") != std::string::npos, metrics);
+}
+
+BOOST_AUTO_TEST_CASE(unclaimed_grace_ends_sessions_that_never_leased) {
+    Reaperd plain;
+    plain.start();
+    std::string a = run_container(session_label("unclaimed-1"));
+    BOOST_REQUIRE(eventually([&] { return plain.containers_of("unclaimed-1") == 1; }));
+    std::this_thread::sleep_for(3s);
+    BOOST_TEST(exists(a));  // default: a session that never leased is left alone
+    BOOST_TEST(plain.session_state("unclaimed-1") == "unclaimed");
+    BOOST_TEST(plain.terminate() == 0);
+
+    Reaperd opted_in("  unclaimed_grace: 2s\n");
+    opted_in.start();
+    BOOST_TEST(eventually([&] { return !exists(a); }));
+    BOOST_TEST(opted_in.session_state("unclaimed-1") == "ended");
+}
