@@ -2,6 +2,7 @@
 #include <reaper/session.hpp>
 
 #include "control_server.hpp"
+#include "daemon_fixture.hpp"
 #include "engine.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -370,4 +371,35 @@ BOOST_FIXTURE_TEST_CASE(lease_held_and_orphan_reported_to_control_server, Fixtur
     BOOST_TEST(record->close_calls == 1);
     BOOST_TEST(exists(id));  // the daemon would reap it; here the test does
     observer.remove(id, {.force = true});
+}
+
+// With the real reaperd: the daemon sees the session's lease while it lives and does not reap
+// its container past the lease grace; a container the session cannot remove is reported as an
+// orphan and the daemon reaps it.
+BOOST_FIXTURE_TEST_CASE(real_reaperd_lease_and_orphan_reap, Fixture) {
+    reaperd::itest::Reaperd daemon;  // lease_grace 2s
+    daemon.start();
+
+    auto o = options();
+    o.label_key = "reaperd.session";  // the daemon's default key
+    o.use_daemon = true;
+    o.control_socket = daemon.socket;
+    o.teardown_budget = 1s;
+    Session session(o);
+    session.create(sleeper());
+    auto id = session.container_id();
+    BOOST_TEST(session.holds_lease());
+    BOOST_TEST(reaperd::itest::eventually([&] { return daemon.session_state(session.id()) == "leased"; }));
+    BOOST_TEST(reaperd::itest::eventually([&] { return daemon.containers_of(session.id()) == 1; }));
+    std::this_thread::sleep_for(3s);  // past the lease grace: a held lease keeps it alive
+    BOOST_TEST(exists(id));
+    BOOST_TEST(session.holds_lease());
+
+    record->fail_removes = true;
+    auto result = session.close();
+    BOOST_TEST(to_string(result.container) == "orphaned");
+    BOOST_TEST(result.orphan_reported);
+    BOOST_TEST(record->close_calls == 1);
+    BOOST_CHECK_MESSAGE(reaperd::itest::eventually([&] { return !exists(id); }),
+                        "reaperd did not reap the orphan; its log:\n" << daemon.log_text());
 }
