@@ -8,9 +8,9 @@
 #include <Poco/JSON/Parser.h>
 #include <Poco/Net/SocketAddress.h>
 #include <Poco/Net/StreamSocket.h>
+#include <Poco/Net/StreamSocketImpl.h>
 #include <Poco/Timespan.h>
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -196,6 +196,20 @@ std::string poco_error_text(const Poco::Exception& e) {
     return e.displayText();
 }
 
+// A unix stream socket that is close-on-exec from its creation, so a fork+exec in another
+// thread can never inherit (and keep alive) a lease.
+class CloexecUnixSocket : public Poco::Net::StreamSocket {
+public:
+    CloexecUnixSocket() : StreamSocket(new Poco::Net::StreamSocketImpl(create())) {}
+
+private:
+    static poco_socket_t create() {
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) throw Poco::IOException("socket", errno);
+        return fd;
+    }
+};
+
 class Connection {
 public:
     Connection(const std::string& path, std::chrono::milliseconds timeout)
@@ -207,9 +221,8 @@ public:
         }
         try {
             const Poco::Net::SocketAddress address(Poco::Net::SocketAddress::UNIX_LOCAL, path);
+            socket_ = CloexecUnixSocket();
             socket_.connect(address, remaining());
-            const int fd = socket_.impl()->sockfd();
-            ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
         } catch (const Poco::Exception& e) {
             throw DaemonUnreachable("cannot reach reaperd at " + path + ": " + poco_error_text(e));
         }
