@@ -24,7 +24,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 64; }
+help_text() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+usage() { help_text >&2; exit 64; }
 
 engine_arg=""
 build=build
@@ -33,7 +34,7 @@ while (($#)); do
     --engine) (($# >= 2)) || usage; engine_arg=$2; shift ;;
     --engine=*) engine_arg=${1#--engine=} ;;
     --build-dir) (($# >= 2)) || usage; build=$2; shift ;;
-    -h|--help) usage ;;
+    -h|--help) help_text; exit 0 ;;
     *) echo "demo: unknown argument $1" >&2; usage ;;
   esac
   shift
