@@ -4,116 +4,18 @@
 #include "control_server.hpp"
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
+#include "session_fixture.hpp"
 
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
 #include <mutex>
-#include <set>
 #include <thread>
 
 using namespace reaper;
 using namespace std::chrono_literals;
 
-namespace {
-
-const std::string label_key = "session-engine-test.session";
-
-// A real Client that counts close() calls and records each remove() and how it ended.
-class RecordingEngine final : public Engine {
-public:
-    struct Record {
-        std::mutex mutex;
-        std::vector<std::string> removes;  // "force=0 conflict", "force=1 ok", ...
-        std::atomic<int> close_calls{0};
-        std::atomic<std::size_t> connections_after_close{~std::size_t{0}};
-        std::atomic<bool> fail_removes{false};  // fault injection: every remove answers 500
-    };
-    RecordingEngine(std::shared_ptr<Record> record)
-        : record_(std::move(record)), client_(test::engine().client_options()) {}
-
-    void ping() override { client_.ping(); }
-    VersionInfo version() override { return client_.version(); }
-    std::vector<ContainerSummary> list_containers(const ListOptions& o) override { return client_.list_containers(o); }
-    ContainerInfo inspect(const std::string& id) override { return client_.inspect(id); }
-    std::string create(const ContainerSpec& spec) override { return client_.create(spec); }
-    void start(const std::string& id) override { client_.start(id); }
-    void stop(const std::string& id, std::chrono::seconds grace) override { client_.stop(id, grace); }
-    void kill(const std::string& id, const std::string& signal) override { client_.kill(id, signal); }
-    void remove(const std::string& id, const RemoveOptions& options) override {
-        std::string call = options.force ? "force=1 " : "force=0 ";
-        if (record_->fail_removes) {
-            note(call + "injected");
-            throw ServerError(500, "injected", "remove: 500 injected");
-        }
-        try {
-            client_.remove(id, options);
-            note(call + "ok");
-        } catch (const EngineError& e) {
-            note(call + to_string(e.kind()));
-            throw;
-        }
-    }
-    int wait(const std::string& id, std::chrono::milliseconds timeout) override { return client_.wait(id, timeout); }
-    int exec(const std::string& id, const std::vector<std::string>& cmd, std::chrono::milliseconds timeout) override {
-        return client_.exec(id, cmd, timeout);
-    }
-    void import_image(std::istream& tar, const std::string& reference) override { client_.import_image(tar, reference); }
-    std::unique_ptr<EventStream> events(const EventsOptions& options) override { return client_.events(options); }
-    void close() noexcept override {
-        ++record_->close_calls;
-        client_.close();
-        record_->connections_after_close = client_.open_connections();
-    }
-
-private:
-    void note(const std::string& call) {
-        std::lock_guard lock(record_->mutex);
-        record_->removes.push_back(call);
-    }
-    std::shared_ptr<Record> record_;
-    Client client_;
-};
-
-struct Fixture {
-    std::shared_ptr<RecordingEngine::Record> record = std::make_shared<RecordingEngine::Record>();
-    Client observer{test::engine().client_options()};
-
-    ~Fixture() { observer.close(); }
-
-    SessionOptions options() {
-        SessionOptions o;
-        o.engine_factory = [record = record]() { return std::make_unique<RecordingEngine>(record); };
-        o.label_key = label_key;
-        o.use_daemon = false;
-        o.ready_timeout = 30s;
-        // Generous on a loaded machine: a container exiting at once must be seen exited.
-        o.ready_settle = 1s;
-        return o;
-    }
-    static ContainerSpec sleeper() {
-        ContainerSpec spec;
-        spec.image = test::PrivateEngine::image;
-        spec.cmd = {"sleep", "3600"};
-        return spec;
-    }
-    std::vector<ContainerSummary> containers_of(const std::string& session_id) {
-        ListOptions list;
-        list.all = true;
-        list.filters["label"] = {label_key + "=" + session_id};
-        return observer.list_containers(list);
-    }
-    bool exists(const std::string& id) {
-        try {
-            observer.inspect(id);
-            return true;
-        } catch (const NotFound&) {
-            return false;
-        }
-    }
-};
-
-}  // namespace
+using namespace session_itest;
 
 BOOST_FIXTURE_TEST_CASE(missing_image_create_fails, Fixture) {
     auto spec = sleeper();
@@ -246,56 +148,6 @@ BOOST_FIXTURE_TEST_CASE(template_from_yaml_against_engine, Fixture) {
     BOOST_TEST(info.labels.at(label_key) == session.id());
 }
 
-// 50 sessions from 8 threads, every other one failing on purpose (its container exits at
-// once): afterwards no fd leaked and no container of these sessions is left.
-BOOST_FIXTURE_TEST_CASE(fifty_sessions_eight_threads, Fixture) {
-    auto o = options();
-    o.use_daemon = true;  // unreachable on purpose: the failed connects must not leak either
-    o.control_socket = test::engine().dir() + "/no-reaperd.sock";
-    o.log = {};
-    {
-        Session warm_up(o);
-        warm_up.create(sleeper());
-    }
-    const auto baseline = test::open_fd_count();
-
-    constexpr int total = 50, threads = 8;
-    std::atomic<int> next{0}, opened{0}, failed{0}, unexpected{0};
-    std::vector<std::thread> workers;
-    for (int t = 0; t < threads; ++t)
-        workers.emplace_back([&] {
-            for (int i = next++; i < total; i = next++) {
-                auto spec = sleeper();
-                if (i % 2) spec.cmd = {"sh", "-c", "exit 1"};
-                try {
-                    Session session(o);
-                    try {
-                        session.create(spec);
-                        ++opened;
-                    } catch (const NotReady&) {
-                        ++failed;
-                    }
-                } catch (...) {
-                    ++unexpected;
-                }
-            }
-        });
-    for (auto& w : workers) w.join();
-    BOOST_TEST(opened == total / 2);
-    BOOST_TEST(failed == total / 2);
-    BOOST_TEST(unexpected == 0);
-    BOOST_TEST(record->close_calls == total + 1);
-
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (test::open_fd_count() != baseline && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(50ms);
-    BOOST_TEST(test::open_fd_count() == baseline);
-
-    ListOptions list;
-    list.all = true;
-    list.filters["label"] = {label_key};
-    BOOST_TEST(observer.list_containers(list).empty());
-}
 
 namespace {
 
