@@ -24,6 +24,8 @@ while (($#)); do
 done
 
 scripts/deps.sh
+# Let ccache reuse objects across checkouts in different directories (CI clones afresh).
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 cmake -S . -B "$build" "${cmake_flags[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)"
 
