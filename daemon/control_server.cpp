@@ -16,6 +16,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -102,12 +105,14 @@ gid_t resolve_group(const std::string& group) {
 }
 
 struct Connection {
+    int fd = -1;
     std::uint64_t id = 0;
     std::string input;
     std::string output;
     std::size_t output_sent = 0;
     std::string lease_session;  // non-empty once this connection holds a lease
     bool closing = false;       // close once output is flushed; read nothing more
+    bool waiting = false;       // a status/metrics answer is being built; read nothing yet
     Clock::time_point last_activity;
 };
 
@@ -148,6 +153,8 @@ struct ControlServer::Impl {
             if (::listen(listener, 512) != 0) fail(path, "listen", errno);
             wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
             if (wake < 0) fail(path, "eventfd", errno);
+            answers_ready = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+            if (answers_ready < 0) fail(path, "eventfd", errno);
         } catch (...) {
             close_everything();
             throw;
@@ -158,13 +165,14 @@ struct ControlServer::Impl {
 
     void start() {
         if (thread.joinable() || stopped) throw std::logic_error("ControlServer::start called twice");
-        thread = std::thread([this] {
-            // Signals belong to the daemon's main thread.
-            sigset_t all;
-            sigfillset(&all);
-            pthread_sigmask(SIG_BLOCK, &all, nullptr);
-            serve();
-        });
+        // Signals belong to the daemon's main thread; threads inherit this mask.
+        sigset_t all;
+        sigset_t previous;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &previous);
+        thread = std::thread([this] { serve(); });
+        answerer = std::thread([this] { answer(); });
+        pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     }
 
     void stop() {
@@ -173,6 +181,14 @@ struct ControlServer::Impl {
             const std::uint64_t one = 1;
             [[maybe_unused]] const auto n = ::write(wake, &one, sizeof one);
             thread.join();
+        }
+        if (answerer.joinable()) {
+            {
+                std::lock_guard lock(questions_mutex);
+                questions.clear();
+            }
+            questions_cv.notify_all();
+            answerer.join();
         }
         close_everything();
     }
@@ -190,9 +206,11 @@ struct ControlServer::Impl {
                 ::unlink(path.c_str());
             }
         }
-        if (wake >= 0) {
-            ::close(wake);
-            wake = -1;
+        for (int* fd : {&wake, &answers_ready}) {
+            if (*fd >= 0) {
+                ::close(*fd);
+                *fd = -1;
+            }
         }
     }
 
@@ -203,12 +221,13 @@ struct ControlServer::Impl {
             const auto now = Clock::now();
             fds.clear();
             fds.push_back({wake, POLLIN, 0});
+            fds.push_back({answers_ready, POLLIN, 0});
             const bool accepting = now >= accept_paused_until;
             fds.push_back({accepting ? listener : -1, POLLIN, 0});
             auto next_deadline = Clock::time_point::max();
             for (auto& [fd, connection] : connections) {
                 short events = 0;
-                if (!connection.closing) events |= POLLIN;
+                if (!connection.closing && !connection.waiting) events |= POLLIN;
                 if (connection.output_sent < connection.output.size()) events |= POLLOUT;
                 fds.push_back({fd, events, 0});
                 if (connection.lease_session.empty() || connection.closing) {
@@ -229,8 +248,9 @@ struct ControlServer::Impl {
                 continue;
             }
             if (fds[0].revents != 0 || stopped) break;
-            if (fds[1].revents & POLLIN) accept_all();
-            for (std::size_t i = 2; i < fds.size(); ++i) {
+            if (fds[1].revents & POLLIN) deliver_answers();
+            if (fds[2].revents & POLLIN) accept_all();
+            for (std::size_t i = 3; i < fds.size(); ++i) {
                 if (fds[i].revents == 0) continue;
                 const auto found = connections.find(fds[i].fd);
                 if (found == connections.end()) continue;
@@ -274,6 +294,7 @@ struct ControlServer::Impl {
                 continue;
             }
             Connection connection;
+            connection.fd = fd;
             connection.id = ++last_connection_id;
             connection.last_activity = Clock::now();
             connections.emplace(fd, std::move(connection));
@@ -296,7 +317,7 @@ struct ControlServer::Impl {
     bool read_requests(int fd, Connection& connection) {
         char buffer[16 * 1024];
         // Bounded per wake-up so one chatty client cannot starve the others.
-        for (int round = 0; round < 8 && !connection.closing; ++round) {
+        for (int round = 0; round < 8 && !connection.closing && !connection.waiting; ++round) {
             const auto n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
             if (n == 0) return false;
             if (n < 0) {
@@ -312,7 +333,7 @@ struct ControlServer::Impl {
 
     void handle_lines(Connection& connection) {
         std::size_t start = 0;
-        while (!connection.closing) {
+        while (!connection.closing && !connection.waiting) {
             const auto end = connection.input.find('\n', start);
             if (end == std::string::npos) break;
             handle_request(connection, std::string_view(connection.input).substr(start, end - start));
@@ -323,6 +344,7 @@ struct ControlServer::Impl {
             connection.input.clear();
             return;
         }
+        if (connection.waiting) return;  // the rest is read after the answer
         if (!connection.lease_session.empty() && !connection.input.empty()) {
             reject(connection, "lease connections take no further requests");
         } else if (connection.input.size() > control::max_message_bytes + 1) {
@@ -359,10 +381,8 @@ struct ControlServer::Impl {
                 connection.output += control::encode_ok();
                 break;
             case control::Op::Status:
-                connection.output += control::encode_status_reply(handler.status_json());
-                break;
             case control::Op::Metrics:
-                connection.output += control::encode_metrics_reply(handler.metrics_text());
+                ask(connection, request.op);
                 break;
             }
         } catch (const std::exception& e) {
@@ -370,6 +390,66 @@ struct ControlServer::Impl {
                                        " failed: " + e.what());
             connection.output += control::encode_error(std::string(control::to_string(request.op)) +
                                                        " failed: " + e.what());
+        }
+    }
+
+    // Status and metrics wait for the daemon's main loop, which may be busy for a while; they
+    // are answered on their own thread so leases and ends keep flowing meanwhile.
+    void ask(Connection& connection, control::Op op) {
+        connection.waiting = true;
+        {
+            std::lock_guard lock(questions_mutex);
+            questions.push_back({connection.fd, connection.id, op, {}});
+        }
+        questions_cv.notify_one();
+    }
+
+    void answer() {
+        for (;;) {
+            Question question;
+            {
+                std::unique_lock lock(questions_mutex);
+                questions_cv.wait(lock, [this] { return stopped || !questions.empty(); });
+                if (stopped) return;
+                question = std::move(questions.front());
+                questions.pop_front();
+            }
+            try {
+                question.reply = question.op == control::Op::Status
+                                     ? control::encode_status_reply(handler.status_json())
+                                     : control::encode_metrics_reply(handler.metrics_text());
+            } catch (const std::exception& e) {
+                log(Priority::warning, std::string("control server: ") + control::to_string(question.op) +
+                                           " failed: " + e.what());
+                question.reply = control::encode_error(std::string(control::to_string(question.op)) +
+                                                       " failed: " + e.what());
+            }
+            {
+                std::lock_guard lock(questions_mutex);
+                answers.push_back(std::move(question));
+            }
+            const std::uint64_t one = 1;
+            [[maybe_unused]] const auto n = ::write(answers_ready, &one, sizeof one);
+        }
+    }
+
+    void deliver_answers() {
+        std::uint64_t count = 0;
+        [[maybe_unused]] const auto n = ::read(answers_ready, &count, sizeof count);
+        std::deque<Question> ready;
+        {
+            std::lock_guard lock(questions_mutex);
+            ready.swap(answers);
+        }
+        for (auto& answered : ready) {
+            const auto found = connections.find(answered.fd);
+            // The asker may have gone, and its descriptor been reused, meanwhile.
+            if (found == connections.end() || found->second.id != answered.connection_id) continue;
+            auto& connection = found->second;
+            connection.output += answered.reply;
+            connection.waiting = false;
+            connection.last_activity = Clock::now();
+            handle_lines(connection);
         }
     }
 
@@ -419,9 +499,21 @@ struct ControlServer::Impl {
     ControlServerLimits limits;
     int listener = -1;
     int wake = -1;
+    int answers_ready = -1;
     dev_t bound_device = 0;
     ino_t bound_inode = 0;
     std::thread thread;
+    struct Question {
+        int fd;
+        std::uint64_t connection_id;
+        control::Op op;
+        std::string reply;
+    };
+    std::thread answerer;
+    std::mutex questions_mutex;
+    std::condition_variable questions_cv;
+    std::deque<Question> questions;  // for the answerer
+    std::deque<Question> answers;    // back to the server thread
     std::atomic<bool> stopped{false};
     std::unordered_map<int, Connection> connections;  // only the server thread touches it
     std::atomic<std::size_t> connection_total{0};

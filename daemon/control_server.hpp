@@ -1,6 +1,7 @@
 // The daemon's end of the control socket (protocol: lib/include/reaper/control.hpp,
 // docs/control-protocol.md). One thread serves every connection with poll(), so thousands of
-// idle leases cost one descriptor each and no thread.
+// idle leases cost one descriptor each and no thread; a second one builds status and metrics
+// answers.
 #pragma once
 
 #include "config.hpp"
@@ -13,10 +14,12 @@
 
 namespace reaperd {
 
-// Called from the control server's thread, one call at a time; implementations must be
-// thread-safe with respect to the rest of the daemon (the daemon posts each call to its main
-// loop's queue) and should return quickly: while a call runs, no other connection is served.
-// An exception thrown by a call becomes an error reply to that client.
+// Called from the control server's threads: lease_opened, lease_closed, end_session and
+// orphan_reported from the one serving every connection (in order, one at a time; they should
+// return quickly, since no other connection is served meanwhile), status_json and metrics_text
+// from a second thread, so a slow answer delays only its asker. Implementations must be
+// thread-safe (the daemon posts each call to its main loop's queue). An exception thrown by a
+// call becomes an error reply to that client.
 class ControlHandler {
 public:
     virtual ~ControlHandler() = default;
@@ -52,7 +55,8 @@ public:
     void start();
     // Closes the listener and every connection WITHOUT calling lease_closed: a daemon shutting
     // down must not end anyone's session (leases are restored after restart with a fresh grace).
-    // Removes the socket file if it is still the one this server bound. Idempotent.
+    // Removes the socket file if it is still the one this server bound. Waits for a status or
+    // metrics call already running in the handler to return. Idempotent.
     void stop();
 
     const std::string& socket_path() const noexcept;

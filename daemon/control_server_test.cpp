@@ -18,6 +18,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
+#include <optional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -52,13 +54,17 @@ public:
     void orphan_reported(const std::string& container, const std::string& session) override {
         record({"orphan", container, session, 0});
     }
-    std::string status_json() override { return "{\n  \"sessions\": [{\"id\": \"s1\", \"state\": \"leased\"}]\n}"; }
+    std::string status_json() override {
+        if (hold_status) hold_status->wait_for(60s);
+        return "{\n  \"sessions\": [{\"id\": \"s1\", \"state\": \"leased\"}]\n}"; }
     std::string metrics_text() override { return "# TYPE reaperd_up gauge\nreaperd_up 1\n"; }
 
     std::vector<Event> events() {
         std::lock_guard lock(mutex_);
         return events_;
     }
+    // When set, status_json() waits for it (a daemon whose main loop is busy).
+    std::optional<std::shared_future<void>> hold_status;
     std::size_t count(const std::string& kind) {
         std::lock_guard lock(mutex_);
         return static_cast<std::size_t>(std::count_if(
@@ -213,6 +219,40 @@ BOOST_AUTO_TEST_CASE(several_requests_share_one_plain_connection) {
     BOOST_TEST(read_line(fd) == "{\"ok\":true}");
     ::close(fd);
     BOOST_TEST(f.handler.count("end") == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_status_delays_only_its_asker) {
+    Fixture f;
+    std::promise<void> release;
+    f.handler.hold_status = release.get_future().share();
+    const int asker = connect_raw(f.config.socket);
+    send_all(asker, "{\"op\":\"status\"}\n{\"op\":\"end\",\"session\":\"after-status\"}\n");
+    // Meanwhile others are served at once.
+    control::ControlClient client(f.config.socket, 5s);
+    auto lease = client.lease("quick");
+    client.end("meanwhile");
+    BOOST_TEST(f.handler.count("end") == 1u);  // the asker's end waits behind its status
+    release.set_value();
+    BOOST_TEST(read_line(asker).find("\"status\"") != std::string::npos);
+    BOOST_TEST(read_line(asker) == "{\"ok\":true}");
+    BOOST_TEST(f.handler.count("end") == 2u);
+    ::close(asker);
+}
+
+BOOST_AUTO_TEST_CASE(stop_while_a_status_is_pending) {
+    Fixture f;
+    std::promise<void> release;
+    f.handler.hold_status = release.get_future().share();
+    const int asker = connect_raw(f.config.socket);
+    send_all(asker, "{\"op\":\"status\"}\n");
+    std::thread releaser([&] {
+        std::this_thread::sleep_for(200ms);
+        release.set_value();
+    });
+    f.server->stop();
+    releaser.join();
+    BOOST_TEST(read_until_eof(asker).empty());
+    ::close(asker);
 }
 
 BOOST_AUTO_TEST_CASE(handler_failures_become_error_replies) {
