@@ -428,6 +428,7 @@ bool report_latency(const char* title, const LatencyResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows through a pipe (bench/run.sh | tee)
     Options options;
     try {
         options = parse_options(argc, argv);
