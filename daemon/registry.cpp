@@ -48,9 +48,10 @@ std::optional<std::string> Registry::upsert_container(const reaper::ContainerInf
         try {
             known.max_age = parse_duration(label->second);
         } catch (const std::exception& e) {
-            warning = "container " + info.name + " (" + info.id + "): label " + max_age_label +
-                      "=\"" + label->second + "\" is not a duration (" + e.what() +
-                      "); sessions.max_age applies";
+            if (existing == containers.end())
+                warning = "container " + info.name + " (" + info.id + "): label " + max_age_label +
+                          "=\"" + label->second + "\" is not a duration (" + e.what() +
+                          "); sessions.max_age applies";
         }
     }
     if (known.session) session(*known.session, now);

@@ -83,7 +83,8 @@ public:
     std::set<std::string> would_reap_logged;           // dry run: logged once each
 
     // Records (or refreshes) a container, deriving its session under `config`. Returns
-    // a warning text when its max-age label does not parse (the default applies then).
+    // a warning text when its max-age label does not parse (the default applies then),
+    // only the first time the container is recorded.
     std::optional<std::string> upsert_container(const reaper::ContainerInfo& info,
                                                 const SessionsConfig& config, TimePoint now);
     // Forgets a container the engine no longer has (and any pending reap of it).

@@ -57,6 +57,9 @@ BOOST_AUTO_TEST_CASE(upsert_derives_session_and_max_age_and_warns_on_a_bad_label
     BOOST_TEST(warning->find("soon") != std::string::npos);
     BOOST_TEST(warning->find("n-b") != std::string::npos);
     BOOST_TEST(!r.containers.at("b").max_age);
+    // Refreshed (say, on its start event): warned once only.
+    BOOST_TEST(!r.upsert_container(info("b", {{"reaperd.session", "s"}, {"reaperd.max-age", "soon"}}),
+                                   config, t0));
     r.upsert_container(info("c", {{"x", "y"}}), config, t0);
     BOOST_TEST(!r.containers.at("c").session);
     BOOST_TEST(r.tracked_count() == 2);
