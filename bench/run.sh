@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs every benchmark (bench/*_bench.cpp), each against its own private engine,
 # as root on Debian 12. Each prints its figures, the baseline measured in the same run, the
-# ratio and PASS/FAIL against its target. About 6 minutes on 2 idle cores (measured:
-# daemon_bench 6.5-9 min under a load average of 15-25), plus logcap_bench.
+# ratio and PASS/FAIL against its target. daemon_bench took 6.5-9 minutes here on 2 cores
+# under a load average of 15-25 (other builds and tests running); logcap_bench adds about a
+# minute.
 #
 #   bench/run.sh                      all benchmarks, in build/ (the tree scripts/test.sh uses)
 #   bench/run.sh --build-dir DIR      build elsewhere
