@@ -2,8 +2,7 @@
 # Builds and runs every benchmark (bench/*_bench.cpp), each against its own private engine,
 # as root on Debian 12. Each prints its figures, the baseline measured in the same run, the
 # ratio and PASS/FAIL against its target. daemon_bench took 6.5-9 minutes here on 2 cores
-# under a load average of 15-25 (other builds and tests running); logcap_bench adds about a
-# minute.
+# under a load average of 15-25 (other builds and tests running), plus logcap_bench's own run.
 #
 #   bench/run.sh                      all benchmarks, in build/ (the tree scripts/test.sh uses)
 #   bench/run.sh --build-dir DIR      build elsewhere
