@@ -201,6 +201,7 @@ double mib(std::uint64_t bytes) { return double(bytes) / double(MiB); }
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it is measured, also into a pipe
     auto seconds = std::chrono::seconds(argc > 1 ? std::atoi(argv[1]) : 20);
     if (seconds.count() <= 0) {
         std::fprintf(stderr, "usage: %s [seconds]\n", argv[0]);
