@@ -56,7 +56,7 @@ struct ReaperConfig {
     Duration resync_interval{std::chrono::seconds{60}};
     Duration retry_initial{std::chrono::seconds{1}};
     Duration retry_max{std::chrono::seconds{60}};
-    unsigned concurrency = 4;          // removals in flight at once
+    unsigned concurrency = 16;         // removals in flight at once (see reaperd.yaml)
     unsigned error_after_attempts = 10;  // failures before a retry is logged as an error
 
     friend bool operator==(const ReaperConfig&, const ReaperConfig&) = default;
