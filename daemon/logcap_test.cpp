@@ -381,9 +381,11 @@ BOOST_AUTO_TEST_CASE(a_log_over_its_cap_is_cut_and_recorded) {
     auto c = f.container("a1", "s1");
     capper.add(c);
     BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
-    append(c.log_path, MiB / 2);
+    // Under half the cap: not cut even if a loaded machine spreads the writes out so that
+    // they read as a fast writer (whose mark is lowered to half the cap).
+    append(c.log_path, 400 * 1024);
     std::this_thread::sleep_for(50ms);
-    BOOST_TEST(size_of(c.log_path) == MiB / 2);
+    BOOST_TEST(size_of(c.log_path) == 400u * 1024);
     append(c.log_path, MiB);
     BOOST_TEST_REQUIRE(eventually([&] { return size_of(c.log_path) == 0; }));
     BOOST_TEST_REQUIRE(eventually([&] { return !f.records.with("ACTION", "truncate").empty(); }));
