@@ -1,6 +1,8 @@
 #include "config.hpp"
 
 #include <reaper/client.hpp>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -717,6 +720,48 @@ ConfigProblem file_problem(const std::string& file, std::string message) {
     return p;
 }
 
+// Records where each document of a YAML stream starts, and nothing else.
+class DocumentStarts final : public YAML::EventHandler {
+public:
+    std::optional<YAML::Mark> last;
+    bool stuck = false;
+
+    void OnDocumentStart(const YAML::Mark& mark) override {
+        stuck = last && last->pos == mark.pos;
+        last = mark;
+    }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+};
+
+// yaml-cpp 0.7 never consumes a token it cannot start a document with (a ',' or '?' at the top
+// level, found by config_fuzz): it yields empty documents at the same place forever, and
+// YAML::LoadAll grows until memory runs out. Walk the stream once, stopping at the first
+// document that starts where the one before it did, and report that place as the error.
+// Throws YAML::Exception for ordinary syntax errors, like LoadAll.
+void reject_unparsable_tail(const std::string& text, const std::string& file) {
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentStarts starts;
+    while (parser.HandleNextDocument(starts)) {
+        if (!starts.stuck)
+            continue;
+        ConfigProblem p = file_problem(file, "invalid YAML: unexpected character");
+        if (starts.last->pos >= 0 && static_cast<std::size_t>(starts.last->pos) < text.size())
+            p.message += " " + quote(std::string(1, text[static_cast<std::size_t>(starts.last->pos)]));
+        p.message += " where a document should start";
+        p.line = starts.last->line + 1;
+        p.column = starts.last->column + 1;
+        throw ConfigError({std::move(p)});
+    }
+}
+
 }  // namespace
 
 std::string_view to_string(LogAction action) noexcept {
@@ -765,7 +810,9 @@ ConfigError::ConfigError(std::vector<ConfigProblem> problems)
 Config parse_config(std::string_view yaml_text, const std::string& file) {
     std::vector<YAML::Node> documents;
     try {
-        documents = YAML::LoadAll(std::string(yaml_text));
+        const std::string text(yaml_text);
+        reject_unparsable_tail(text, file);
+        documents = YAML::LoadAll(text);
     } catch (const YAML::Exception& e) {
         ConfigProblem p = file_problem(file, "invalid YAML: " + e.msg);
         if (!e.mark.is_null()) {

@@ -274,6 +274,10 @@ BOOST_AUTO_TEST_CASE(config_error_table) {
         {"sessions:\n  lease_grace: [1s\n", "", 3, 1, "invalid YAML"},
         {"sessions:\n  lease_grace: 1s\n labels: [a]\n", "", 3, 2, "invalid YAML: end of map not found"},
         {"a: b: c\n", "", 1, 5, "invalid YAML: illegal map value"},
+        // yaml-cpp alone would loop without end on these (found by config_fuzz)
+        {",", "", 1, 1, "invalid YAML: unexpected character \",\" where a document should start"},
+        {"# a comment\n,\n", "", 2, 1, "unexpected character \",\""},
+        {"---\n,\n", "", 2, 1, "unexpected character \",\""},
     };
     for (const Case& c : cases) {
         BOOST_TEST_CONTEXT(c.yaml) {
