@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <Poco/UTF8Encoding.h>
 #include <reaper/client.hpp>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
@@ -9,6 +10,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <limits>
@@ -720,6 +722,37 @@ ConfigProblem file_problem(const std::string& file, std::string message) {
     return p;
 }
 
+// YAML is Unicode text, and yaml-cpp passes bytes that are not UTF-8 into strings that its
+// own emitter then cannot write back (config_fuzz: an engine.host holding byte 0x97 did not
+// survive --check-config's output). Refuse them up front, at their place.
+void reject_invalid_utf8(const std::string& text, const std::string& file) {
+    const Poco::UTF8Encoding utf8;
+    int line = 1;
+    int column = 1;
+    for (std::size_t i = 0; i < text.size();) {
+        const auto* bytes = reinterpret_cast<const unsigned char*>(text.data() + i);
+        const int left = static_cast<int>(std::min<std::size_t>(text.size() - i, 4));
+        const int length = utf8.sequenceLength(bytes, left);
+        if (length <= 0 || length > left || !Poco::UTF8Encoding::isLegal(bytes, length)) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "0x%02x", bytes[0]);
+            ConfigProblem p = file_problem(file, std::string("not UTF-8: byte ") + hex +
+                                                     " does not start a valid character; a config "
+                                                     "file is UTF-8 text");
+            p.line = line;
+            p.column = column;
+            throw ConfigError({std::move(p)});
+        }
+        if (text[i] == '\n') {
+            ++line;
+            column = 1;
+        } else {
+            ++column;
+        }
+        i += static_cast<std::size_t>(length);
+    }
+}
+
 // Records where each document of a YAML stream starts, and nothing else.
 class DocumentStarts final : public YAML::EventHandler {
 public:
@@ -811,6 +844,7 @@ Config parse_config(std::string_view yaml_text, const std::string& file) {
     std::vector<YAML::Node> documents;
     try {
         const std::string text(yaml_text);
+        reject_invalid_utf8(text, file);
         reject_unparsable_tail(text, file);
         documents = YAML::LoadAll(text);
     } catch (const YAML::Exception& e) {

@@ -278,6 +278,9 @@ BOOST_AUTO_TEST_CASE(config_error_table) {
         {",", "", 1, 1, "invalid YAML: unexpected character \",\" where a document should start"},
         {"# a comment\n,\n", "", 2, 1, "unexpected character \",\""},
         {"---\n,\n", "", 2, 1, "unexpected character \",\""},
+        // not UTF-8: yaml-cpp would keep the byte and its emitter could not write it back
+        {"engine:\n  host: tcp://h\x97st:1\n", "", 2, 16, "not UTF-8: byte 0x97 does not start a valid character"},
+        {"# caf\xc3\xa9 \xc3\n", "", 1, 8, "not UTF-8: byte 0xc3"},
     };
     for (const Case& c : cases) {
         BOOST_TEST_CONTEXT(c.yaml) {
