@@ -27,12 +27,18 @@ std::vector<LogField> container_fields(const std::string& id, const std::string&
     return fields;
 }
 
+// SIGUSR2 only wakes the signal thread so that it sees signals_done_ (see shut_down); sent
+// from outside, it does nothing. Waiting without a timeout matters: a 200 ms sigtimedwait
+// cost 0.03 s of CPU a minute here, half of idle reaperd's 0.1% budget (daemon_bench (c)).
+constexpr int wake_signal = SIGUSR2;
+
 sigset_t daemon_signals() {
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, wake_signal);
     return set;
 }
 
@@ -46,8 +52,7 @@ Daemon::Daemon(Config config, reaper::Engine& engine, DaemonOptions options)
     : config_(std::move(config)), engine_(engine), options_(std::move(options)) {}
 
 Daemon::~Daemon() {
-    signals_done_ = true;
-    if (signal_thread_.joinable()) signal_thread_.join();
+    stop_signal_thread();
 }
 
 // ---- messages from other threads --------------------------------------------------------
@@ -160,7 +165,7 @@ std::string Daemon::metrics_text() {
 
 int Daemon::run() {
     // Block the signals in this thread before any other starts, so every thread inherits
-    // the mask and only the signal thread's sigtimedwait() ever sees them.
+    // the mask and only the signal thread's sigwaitinfo() ever sees them.
     sigset_t signals = daemon_signals();
     if (options_.handle_signals) {
         pthread_sigmask(SIG_BLOCK, &signals, nullptr);
@@ -339,7 +344,7 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
         }
         engine_state_ = EngineState::down;
     } else if (auto* appeared = std::get_if<watch::Appeared>(&event)) {
-        container_appeared(appeared->info, now);
+        container_appeared(*appeared, now);
     } else if (auto* gone = std::get_if<watch::Gone>(&event)) {
         container_gone(gone->id);
     } else if (auto* listed = std::get_if<watch::Listed>(&event)) {
@@ -352,7 +357,8 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
 
 // The one place where containers enter and leave what the daemon watches: the registry and
 // the log capper both learn of them here.
-void Daemon::container_appeared(const reaper::ContainerInfo& info, TimePoint now) {
+void Daemon::container_appeared(const watch::Appeared& appeared, TimePoint now) {
+    const reaper::ContainerInfo& info = appeared.info;
     if (auto warning = registry_.upsert_container(info, config_.sessions, now))
         log(Priority::warning, {}, *warning,
             {{"CONTAINER_ID", info.id}, {"CONTAINER_NAME", info.name}});
@@ -365,6 +371,7 @@ void Daemon::container_appeared(const reaper::ContainerInfo& info, TimePoint now
         container.log_path = info.log_path;
         container.log_driver = info.log_driver;
         container.labels = info.labels;
+        container.docker_root_dir = appeared.docker_root_dir;
         capper_->add(std::move(container));
     }
 }
@@ -541,16 +548,22 @@ void Daemon::shut_down() {
     engine_.close();
     watcher_->stop();
     pool_->stop();
-    signals_done_ = true;
-    if (signal_thread_.joinable()) signal_thread_.join();
+    stop_signal_thread();
     log(Priority::info, {}, "stopped", {});
+}
+
+void Daemon::stop_signal_thread() {
+    signals_done_ = true;
+    if (signal_thread_.joinable()) {
+        pthread_kill(signal_thread_.native_handle(), wake_signal);
+        signal_thread_.join();
+    }
 }
 
 void Daemon::signal_thread() {
     sigset_t signals = daemon_signals();
-    timespec timeout{0, 200'000'000};
     while (!signals_done_) {
-        int signo = sigtimedwait(&signals, nullptr, &timeout);
+        int signo = sigwaitinfo(&signals, nullptr);
         if (signo == SIGTERM || signo == SIGINT) {
             request_stop();
         } else if (signo == SIGHUP) {

@@ -87,10 +87,11 @@ private:
     void shut_down();
     void reload(TimePoint now);
     void signal_thread();
+    void stop_signal_thread();  // idempotent
 
     void on_watch(const WatchEvent& event, TimePoint now);
     void on_reap_result(const ReapResult& result, TimePoint now);
-    void container_appeared(const reaper::ContainerInfo& info, TimePoint now);
+    void container_appeared(const watch::Appeared& appeared, TimePoint now);
     void container_gone(const std::string& id);
     void apply_decisions(TimePoint now);
     void save_state_if_dirty();

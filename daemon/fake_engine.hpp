@@ -80,6 +80,8 @@ public:
 
     // ---- scripting -------------------------------------------------------------------
     // Adds a container and sends its create event to open streams.
+    std::string docker_root_dir = "/var/lib/docker";  // what info() answers
+
     void add(const std::string& id, reaper::Labels labels, const std::string& status = "running",
              const std::string& created = "2026-01-01T00:00:00Z") {
         std::lock_guard lock(mutex_);
@@ -158,6 +160,10 @@ public:
     reaper::VersionInfo version() override {
         check("version", "");
         return {"20.10.24", "1.41", "1.12", "linux", "amd64"};
+    }
+    reaper::EngineInfo info() override {
+        check("info", "");
+        return {docker_root_dir};
     }
     std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions&) override {
         std::lock_guard lock(mutex_);

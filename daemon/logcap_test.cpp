@@ -247,6 +247,7 @@ public:
 
     void ping() override {}
     reaper::VersionInfo version() override { return {}; }
+    reaper::EngineInfo info() override { return {}; }
     std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions&) override { return {}; }
     reaper::ContainerInfo inspect(const std::string& id) override {
         note("inspect", id);

@@ -86,7 +86,7 @@ void Watcher::run() {
                     try {
                         auto info = engine_.inspect(event->id);
                         known_.insert(info.id);
-                        sink_(watch::Appeared{std::move(info)});
+                        sink_(watch::Appeared{std::move(info), docker_root_dir_});
                     } catch (const reaper::NotFound&) {
                         // Created and destroyed before we looked: nothing to track.
                     }
@@ -122,6 +122,13 @@ void Watcher::run() {
 void Watcher::list_and_reconcile() {
     reaper::ListOptions options;
     options.all = true;
+    // The log capper finds local-driver logs under the data root. Asked at every list, as
+    // the engine may have restarted with another. An engine that will not say leaves the
+    // capper to learn it from a json-file LogPath; one that is gone fails the list below.
+    try {
+        docker_root_dir_ = engine_.info().docker_root_dir;
+    } catch (const reaper::EngineError&) {
+    }
     auto summaries = engine_.list_containers(options);
     std::set<std::string> ids;
     for (const auto& summary : summaries) {
@@ -130,7 +137,7 @@ void Watcher::list_and_reconcile() {
         try {
             auto info = engine_.inspect(summary.id);
             known_.insert(info.id);
-            sink_(watch::Appeared{std::move(info)});
+            sink_(watch::Appeared{std::move(info), docker_root_dir_});
         } catch (const reaper::NotFound&) {
             ids.erase(summary.id);
         }

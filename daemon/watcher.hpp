@@ -26,6 +26,7 @@ struct EngineDown {                 // the engine stopped answering or the strea
 };
 struct Appeared {                   // a container not seen before, or just started (inspect info)
     reaper::ContainerInfo info;
+    std::string docker_root_dir;    // the engine's data root, "" if it would not say
 };
 struct Gone {                       // a container the engine no longer has
     std::string id;
@@ -73,6 +74,7 @@ private:
     bool resync_requested_ = false;
     reaper::EventStream* stream_ = nullptr;  // guarded by mutex_, for cancel()
     std::set<std::string> known_;            // ids reported as Appeared and not Gone
+    std::string docker_root_dir_;            // from the engine's info at the last list
     std::thread thread_;
 };
 

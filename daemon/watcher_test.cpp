@@ -135,3 +135,31 @@ BOOST_AUTO_TEST_CASE(faults_during_list_and_inspect_are_retried) {
     BOOST_TEST(rec.appeared("a"));
     watcher.stop();
 }
+
+BOOST_AUTO_TEST_CASE(appeared_containers_carry_the_engines_data_root) {
+    FakeEngine engine;
+    engine.docker_root_dir = "/srv/docker";
+    engine.add("a", {});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.appeared("a"); }));
+    engine.add("b", {});  // by the events stream, after the list
+    BOOST_TEST(rec.wait([&] { return rec.appeared("b"); }));
+    watcher.stop();
+    std::lock_guard lock(rec.mutex);
+    for (auto& e : rec.events)
+        if (auto* a = std::get_if<watch::Appeared>(&e)) BOOST_TEST(a->docker_root_dir == "/srv/docker");
+}
+
+BOOST_AUTO_TEST_CASE(an_engine_that_will_not_give_its_info_is_still_watched) {
+    FakeEngine engine;
+    engine.fail("info", "", {test::server_error()});
+    engine.add("a", {});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.appeared("a"); }));
+    BOOST_TEST(rec.count<watch::EngineDown>() == 0u);
+    watcher.stop();
+}

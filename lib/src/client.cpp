@@ -510,6 +510,13 @@ VersionInfo Client::version() {
     return info;
 }
 
+EngineInfo Client::info() {
+    auto object = parse_object(impl_->call("GET", "/info").body, "GET /info");
+    EngineInfo info;
+    info.docker_root_dir = str(object, "DockerRootDir");
+    return info;
+}
+
 std::vector<ContainerSummary> Client::list_containers(const ListOptions& options) {
     std::string path = "/containers/json?all=" + std::string(options.all ? "1" : "0");
     if (!options.filters.empty()) path += "&filters=" + url_encode(encode_filters(options.filters));

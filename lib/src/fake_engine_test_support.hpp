@@ -76,6 +76,10 @@ public:
         enter("version");
         return {"20.10.24", "1.41", "1.12", "linux", "amd64"};
     }
+    EngineInfo info() override {
+        enter("info");
+        return {"/var/lib/docker"};
+    }
     std::vector<ContainerSummary> list_containers(const ListOptions& options) override {
         enter("list");
         std::lock_guard lock(state_->mutex);

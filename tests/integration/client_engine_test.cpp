@@ -64,6 +64,11 @@ BOOST_AUTO_TEST_CASE(ping_version_and_negotiation) {
     BOOST_TEST(compare_api_versions(negotiated, "1.40") >= 0);
 }
 
+BOOST_AUTO_TEST_CASE(info_gives_the_engines_data_root) {
+    Client client(engine().client_options());
+    BOOST_TEST(client.info().docker_root_dir == engine().dir() + "/data");  // the harness's --data-root
+}
+
 BOOST_AUTO_TEST_CASE(engine_too_old_for_the_client_is_refused) {
     auto options = engine().client_options();
     options.min_api_version = "9.99";

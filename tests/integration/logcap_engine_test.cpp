@@ -349,3 +349,21 @@ BOOST_AUTO_TEST_CASE(reaperd_reports_a_container_without_a_log_file_once) {
     BOOST_TEST(f.running(id));
     BOOST_TEST(daemon.terminate() == 0);
 }
+
+BOOST_AUTO_TEST_CASE(reaperd_caps_the_local_driver_with_no_json_file_container_around) {
+    // reaperd asks the engine for its data root (GET /info); it used to learn it only from a
+    // json-file container's LogPath, which left a host of local-driver containers uncapped.
+    Fixture f;
+    reaper::ListOptions all;
+    all.all = true;
+    for (const auto& c : f.client.list_containers(all))  // this test process's own engine
+        if (f.client.inspect(c.id).log_driver == "json-file") f.client.remove(c.id, {true, true});
+    itest::Reaperd daemon("", "logs:\n  max_size: 1MiB\n");
+    daemon.start();
+    auto id = f.run(runaway, "s-daemon-local", reaper::LogConfig{"local", {}});
+    BOOST_TEST(eventually([&] { return daemon.log_count("CONTAINER_ID=" + id) > 0; }));
+    BOOST_TEST(eventually([&] { return daemon.log_count("ACTION=truncate") > 0; }));
+    BOOST_TEST(daemon.log_count("not capped") == 0u);
+    BOOST_TEST(f.running(id));
+    BOOST_TEST(daemon.terminate() == 0);
+}

@@ -35,6 +35,7 @@ public:
 
     void ping() override { client_.ping(); }
     VersionInfo version() override { return client_.version(); }
+    EngineInfo info() override { return client_.info(); }
     std::vector<ContainerSummary> list_containers(const ListOptions& o) override { return client_.list_containers(o); }
     ContainerInfo inspect(const std::string& id) override { return client_.inspect(id); }
     std::string create(const ContainerSpec& spec) override { return client_.create(spec); }

@@ -73,6 +73,7 @@ public:
 
     void ping() override;
     VersionInfo version() override;
+    EngineInfo info() override;
     std::vector<ContainerSummary> list_containers(const ListOptions& options) override;
     ContainerInfo inspect(const std::string& id) override;
     std::string create(const ContainerSpec& spec) override;

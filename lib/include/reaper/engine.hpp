@@ -86,6 +86,10 @@ struct VersionInfo {
     std::string arch;
 };
 
+struct EngineInfo {  // GET /info: only what reaperd uses
+    std::string docker_root_dir;  // "DockerRootDir": where the json-file and local logs live
+};
+
 struct ContainerSummary {  // one row of GET /containers/json
     std::string id;
     std::vector<std::string> names;  // without the leading '/'
@@ -192,6 +196,7 @@ public:
 
     virtual void ping() = 0;
     virtual VersionInfo version() = 0;
+    virtual EngineInfo info() = 0;
     virtual std::vector<ContainerSummary> list_containers(const ListOptions& options) = 0;
     virtual ContainerInfo inspect(const std::string& id) = 0;
     // Returns the new container's id.
