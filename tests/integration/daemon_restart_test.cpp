@@ -76,7 +76,7 @@ BOOST_AUTO_TEST_CASE(sigkill_keeps_tombstones_and_lease_deadlines) {
     auto back = d.control().lease("held-1");
     BOOST_TEST(eventually([&] { return d.session_state("held-1") == "leased"; }));
 
-    std::string late = run_container(session_label("tomb-1"));
+    std::string late = run_container(session_label("tomb-1"), false);  // reaped on create: no start
     BOOST_TEST(eventually([&] { return !exists(late); }));
     BOOST_TEST(exists(in_grace));
     BOOST_TEST(eventually([&] { return !exists(in_grace); }));
