@@ -12,8 +12,8 @@
 //     is also started (`sleep`) while fewer than `max_running` of ours run and the creation
 //     is less than 1 s behind its schedule (an engine behind schedule skips starts, which
 //     cost it most, so creations stay evenly spread; the count skipped is printed).
-//   - a session makes 1 to 7 containers (random; fewer when each slot gets fewer than 10
-//     creations, as in a shorter run), then ends at its slot's next turn and a new
+//   - a session makes 1 to 3 containers (random; fewer when each slot gets fewer than 10
+//     creations), then ends at its slot's next turn and a new
 //     session takes the slot: 45% by dropping the lease (reaped after lease_grace), 45% by an
 //     explicit `end` (reaped at once), 10% by an `end` followed by one more container under
 //     the ended id (the tombstone must catch it). 10% of turns also drop a session's lease
@@ -32,7 +32,10 @@
 //
 // Usage: load_bench [--seconds N] [--sessions N] [--containers N] [--max-running N]
 //                   [--threads N] [--lease-grace-ms N] [--settle-seconds N] [--seed N]
-// (defaults 300, 200, 2000, 300, 8, 1000, 120, 1). Exit status 0 when every check held,
+//                   [--history N]
+// (defaults 300, 200, 2000, 300, 8, 1000, 120, 1, 0). --history N first ends N sessions that
+// never had a container, so the load runs against N tombstones, as reaperd would after hours
+// of such a load (tombstones live sessions.tombstone_ttl, 24h by default). Exit status 0 when every check held,
 // 1 when one failed, 2 when the bench could not run, 64 on a usage error.
 #include "engine.hpp"
 
@@ -341,6 +344,7 @@ struct Options {
     std::chrono::milliseconds lease_grace{1000};
     int settle_seconds = 120;
     unsigned seed = 1;
+    std::size_t history = 0;  // ended sessions seeded before the load, as after hours of use
 };
 
 Options parse_options(int argc, char** argv) {
@@ -363,6 +367,7 @@ Options parse_options(int argc, char** argv) {
         else if (arg == "--lease-grace-ms") o.lease_grace = std::chrono::milliseconds(value(0));
         else if (arg == "--settle-seconds") o.settle_seconds = int(value(1));
         else if (arg == "--seed") o.seed = unsigned(value(0));
+        else if (arg == "--history") o.history = std::size_t(value(0));
         else throw std::invalid_argument("unknown argument " + arg);
     }
     return o;
@@ -374,6 +379,7 @@ struct Capacity {
     double create_per_s = 0;        // create only
     double create_start_per_s = 0;  // create, then start
     double remove_per_s = 0;        // force-remove of running containers
+    std::vector<double> remove_ms;  // each of those calls
 };
 
 reaper::ContainerSpec sleeper(const std::string& prefix, reaper::Labels labels) {
@@ -426,8 +432,11 @@ Capacity measure_capacity(const reaper::ClientOptions& client_options, unsigned 
     in_parallel(client_options, threads, n, [&](reaper::Engine& e, std::size_t i) {
         e.remove(created[i], {.force = true, .volumes = true});
     });
+    c.remove_ms.resize(n);
     c.remove_per_s = double(n) / in_parallel(client_options, threads, n, [&](reaper::Engine& e, std::size_t i) {
+        auto t0 = Clock::now();
         e.remove(started[i], {.force = true, .volumes = true});
+        c.remove_ms[i] = ms_between(t0, Clock::now());
     });
     return c;
 }
@@ -550,9 +559,10 @@ public:
           slots_(options.sessions) {
         for (std::size_t i = 0; i < slots_.size(); ++i) slots_[i].random.seed(options.seed * 100003u + unsigned(i));
         // Each slot gets containers/sessions creations; sessions of 1..max (mean (1+max)/2)
-        // turn each slot over about 2.5 times: 1..7 for the default 2,000 over 200.
+        // turn each slot over about 5 times, so a slot holds one or two containers at a time:
+        // 1..3 for the default 2,000 over 200.
         double per_slot = double(options.containers) / double(options.sessions);
-        max_containers_per_session_ = std::max(1, int(std::lround(0.8 * per_slot - 1)));
+        max_containers_per_session_ = std::max(1, int(std::lround(0.4 * per_slot - 1)));
     }
 
     // Opens every slot's first session and its lease (all leases are open before the load).
@@ -696,13 +706,23 @@ private:
 
 // ---- sampling reaperd ----------------------------------------------------------------------
 
+// reaperd_<name> from its Prometheus text (0 if missing).
+double metric(const std::string& text, const std::string& name) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+    return 0;
+}
+
+
 struct Sample {
     double rss_mb = 0;
     std::size_t fds = 0;
 };
 
-// Samples reaperd's RSS and fds every second, its backlog (pending reaps) every 5 s, and
-// calls `progress` every 30 s.
+// Samples reaperd's RSS and fds every second, its backlog (pending reaps, from `metrics`,
+// which costs reaperd far less than `status`) every 5 s, and calls `progress` every 30 s
+// until progress_done().
 class Sampler {
 public:
     Sampler(const Reaperd& reaperd, std::function<void()> progress) : reaperd_(reaperd), progress_(std::move(progress)) {
@@ -728,10 +748,11 @@ public:
         std::lock_guard lock(mutex_);
         return peak_pending_;
     }
-    double slowest_status_ms() const {
+    double slowest_metrics_ms() const {
         std::lock_guard lock(mutex_);
-        return slowest_status_ms_;
+        return slowest_metrics_ms_;
     }
+    void progress_done() { progress_done_ = true; }
 
 private:
     void run() {
@@ -740,21 +761,21 @@ private:
                 double rss = vm_mb(reaperd_.pid(), "VmRSS");
                 std::size_t fds = fd_count(reaperd_.pid());
                 std::optional<std::size_t> pending;
-                double status_ms = 0;
+                double metrics_ms = 0;
                 if (tick % 5 == 0) {
                     auto t0 = Clock::now();
-                    pending = reaperd_.status()->getValue<std::size_t>("pending_reaps");
-                    status_ms = ms_between(t0, Clock::now());
+                    pending = std::size_t(metric(reaperd_.control().metrics_text(), "reaperd_pending_reaps"));
+                    metrics_ms = ms_between(t0, Clock::now());
                 }
                 std::lock_guard lock(mutex_);
                 peak_rss_mb_ = std::max(peak_rss_mb_, rss);
                 peak_fds_ = std::max(peak_fds_, fds);
                 if (pending) peak_pending_ = std::max(peak_pending_, *pending);
-                slowest_status_ms_ = std::max(slowest_status_ms_, status_ms);
+                slowest_metrics_ms_ = std::max(slowest_metrics_ms_, metrics_ms);
             } catch (const std::exception&) {
                 // reaperd gone: the main thread reports that.
             }
-            if (tick > 0 && tick % 30 == 0) progress_();
+            if (tick > 0 && tick % 30 == 0 && !progress_done_) progress_();
             std::unique_lock lock(mutex_);
             if (cv_.wait_for(lock, 1s, [this] { return stopping_; })) return;
         }
@@ -768,7 +789,8 @@ private:
     double peak_rss_mb_ = 0;
     std::size_t peak_fds_ = 0;
     std::size_t peak_pending_ = 0;
-    double slowest_status_ms_ = 0;
+    double slowest_metrics_ms_ = 0;
+    std::atomic<bool> progress_done_{false};
     std::thread thread_;
 };
 
@@ -898,14 +920,6 @@ void latency_row(const char* what, const std::vector<double>& ms) {
                 percentile(ms, 99), percentile(ms, 100));
 }
 
-// reaperd_<name> from its Prometheus text (0 if missing).
-double metric(const std::string& text, const std::string& name) {
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);)
-        if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-    return 0;
-}
-
 std::pair<std::size_t, std::size_t> log_warnings_errors(const std::string& log) {
     std::size_t warnings = 0, errors = 0;
     std::istringstream in(log);
@@ -940,7 +954,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         std::fprintf(stderr,
                      "%s\nusage: %s [--seconds N] [--sessions N] [--containers N] [--max-running N] [--threads N]\n"
-                     "       [--lease-grace-ms N] [--settle-seconds N] [--seed N]\n",
+                     "       [--lease-grace-ms N] [--settle-seconds N] [--seed N] [--history N]\n",
                      e.what(), argv[0]);
         return 64;
     }
@@ -969,8 +983,9 @@ int main(int argc, char** argv) {
         // of a create and a create+start, plus a force-remove.
         double mix_per_s = 1 / (0.5 / capacity.create_per_s + 0.5 / capacity.create_start_per_s +
                                 1 / capacity.remove_per_s);
-        std::printf("  create %.1f/s, create+start %.1f/s, force-remove (running) %.1f/s\n", capacity.create_per_s,
-                    capacity.create_start_per_s, capacity.remove_per_s);
+        std::printf("  create %.1f/s, create+start %.1f/s, force-remove (running) %.1f/s (each call: median %.0f ms)\n",
+                    capacity.create_per_s, capacity.create_start_per_s, capacity.remove_per_s,
+                    percentile(capacity.remove_ms, 50));
         std::printf("  the load: %zu creations in %d s = %.1f/s, half started, each removed again: %.0f%% of the "
                     "%.1f/s the engine manages for that mix\n",
                     options.containers, options.seconds, rate, 100 * rate / mix_per_s, mix_per_s);
@@ -983,6 +998,15 @@ int main(int argc, char** argv) {
                     "log caps on)\n",
                     int(reaperd.pid()), static_cast<long long>(options.lease_grace.count()));
 
+        // reaperd's status (as `reaperctl status --json`), timed: it is built on reaperd's main loop.
+        double slowest_status_ms = 0;
+        auto view = [&] {
+            auto t = Clock::now();
+            auto v = registry_view(reaperd);
+            slowest_status_ms = std::max(slowest_status_ms, ms_between(t, Clock::now()));
+            return v;
+        };
+
         // Sentinels: never to be touched.
         std::vector<std::string> sentinels;
         sentinels.push_back(engine.create(sleeper("sentinel", {})));
@@ -993,8 +1017,19 @@ int main(int argc, char** argv) {
         unclaimed_ids.push_back(engine.create(sleeper("sentinel", {{session_label, unclaimed}})));
         engine.start(unclaimed_ids.back());
         unclaimed_ids.push_back(engine.create(sleeper("sentinel", {{session_label, unclaimed}})));
-        if (!poll(60s, [&] { return registry_view(reaperd).tracked == unclaimed_ids.size(); }))
+        if (!poll(60s, [&] { return view().tracked == unclaimed_ids.size(); }))
             throw std::runtime_error("reaperd did not track the sentinels; its log:\n" + reaperd.log_tail(40));
+
+        if (options.history > 0) {
+            auto t = Clock::now();
+            auto control = reaperd.control();
+            for (std::size_t i = 0; i < options.history; ++i) control.end("history-" + std::to_string(i));
+            // Answered before the loop takes them in: wait until it has.
+            if (!poll(120s, [&] { return view().state_by_session.size() >= options.history; }))
+                throw std::runtime_error("reaperd did not take in the history's tombstones");
+            std::printf("history: %zu ended sessions (tombstones) seeded in %.1f s; state file %.0f KB\n", options.history,
+                        seconds_between(t, Clock::now()), double(reaperd.state_bytes()) / 1000);
+        }
 
         Book book;
         Load load_player(options, client_options, reaperd, events, book);
@@ -1004,7 +1039,7 @@ int main(int argc, char** argv) {
         double dockerd_cpu_start = dockerd > 0 ? cpu_seconds(dockerd) : 0;
         auto events_start = events.counts();
         load_player.open_sessions();
-        auto leases_open = registry_view(reaperd);
+        auto leases_open = view();
         std::size_t leased = 0;
         for (const auto& [id, n] : leases_open.leases_by_session) leased += n;
         std::printf("%zu leases open on %zu sessions (reaperd counts %zu leases); playing the load for %d s...\n",
@@ -1013,16 +1048,17 @@ int main(int argc, char** argv) {
         auto t0 = Clock::now();
         Sampler sampler(reaperd, [&] {
             try {
-                auto view = registry_view(reaperd);
+                auto now_view = registry_view(reaperd);  // this thread's own: `view` is the main thread's
                 std::printf("  %3.0f s: %zu containers created, reaperd tracks %zu, %zu reaps pending, %zu of ours "
                             "running, RSS %.1f MB\n",
-                            seconds_between(t0, Clock::now()), book.containers().size(), view.tracked, view.pending,
+                            seconds_between(t0, Clock::now()), book.containers().size(), now_view.tracked, now_view.pending,
                             events.running(), vm_mb(reaperd.pid(), "VmRSS"));
             } catch (const std::exception& e) {
                 std::printf("  status failed: %s\n", e.what());
             }
         });
         load_player.run();
+        sampler.progress_done();
         auto t_load_end = Clock::now();
         double load_s = seconds_between(t0, t_load_end);
         auto live = load_player.live_sessions();
@@ -1034,7 +1070,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> problems;
         bool converged = poll(std::chrono::seconds(options.settle_seconds), [&] {
             auto engine_has = labelled_containers(engine);
-            problems = compare(registry_view(reaperd), engine_has, book.sessions());
+            problems = compare(view(), engine_has, book.sessions());
             return problems.empty();
         });
         auto t_converged = Clock::now();
@@ -1098,8 +1134,9 @@ int main(int argc, char** argv) {
         auto drain_due = last_drop + options.lease_grace;
         bool drained_ok = poll(std::chrono::seconds(options.settle_seconds), [&] {
             auto now_has = labelled_containers(engine);
-            auto view = registry_view(reaperd);
-            return now_has.size() == unclaimed_ids.size() && view.tracked == unclaimed_ids.size() && view.pending == 0;
+            auto now_view = view();
+            return now_has.size() == unclaimed_ids.size() && now_view.tracked == unclaimed_ids.size() &&
+                   now_view.pending == 0;
         });
         destroyed = events.destroyed();
         Clock::time_point last_destroy = drain_due;
@@ -1118,7 +1155,7 @@ int main(int argc, char** argv) {
         double rss_end = vm_mb(reaperd.pid(), "VmRSS");
         double hwm = vm_mb(reaperd.pid(), "VmHWM");
         double cpu_total = cpu_seconds(reaperd.pid()) - cpu_start;
-        auto final_view = registry_view(reaperd);
+        auto final_view = view();
         std::size_t leases_left = 0;
         for (const auto& [id, n] : final_view.leases_by_session) leases_left += n;
         if (leases_left) fail("reaperd still counts " + std::to_string(leases_left) + " leases after all were dropped");
@@ -1178,6 +1215,9 @@ int main(int argc, char** argv) {
         latency_row("lease dropped (after the grace)", latencies.drop_ms);
         latency_row("late container of an ended session", latencies.late_ms);
         latency_row("all ends", all);
+        std::printf("  %-44s %6zu %8.0f %8.0f %8.0f %8.0f\n", "baseline: engine force-remove call (calib.)",
+                    capacity.remove_ms.size(), percentile(capacity.remove_ms, 50), percentile(capacity.remove_ms, 90),
+                    percentile(capacity.remove_ms, 99), percentile(capacity.remove_ms, 100));
         std::printf("\nreaperd\n");
         std::printf("  %-44s %.1f/s (%zu create/start/destroy in %.0f s; all container events: %.1f/s)\n",
                     "events handled", double(followed) / window_s, followed, window_s, double(all_events) / window_s);
@@ -1191,8 +1231,8 @@ int main(int argc, char** argv) {
         std::printf("  %-44s start %zu, peak %zu, end %zu\n", "open fds", fds_start, sampler.peak_fds(), fds_end);
         std::printf("  %-44s %.0f done, %.0f failed\n", "reaps (reaperctl metrics)",
                     metric(metrics, "reaperd_reaps_done_total"), metric(metrics, "reaperd_reaps_failed_total"));
-        std::printf("  %-44s %zu max (sampled every 5 s); status answered in <= %.0f ms\n", "backlog (pending reaps)",
-                    sampler.peak_pending(), sampler.slowest_status_ms());
+        std::printf("  %-44s %zu max (sampled every 5 s); metrics answered in <= %.0f ms; status in <= %.0f ms\n",
+                    "backlog (pending reaps)", sampler.peak_pending(), sampler.slowest_metrics_ms(), slowest_status_ms);
         std::printf("  %-44s %.1f s after the load\n", "registry matched the engine", converged ? settle_s : NAN);
         std::printf("  %-44s %zu warnings, %zu errors\n", "its log", warnings, errors);
         std::printf("  %-44s %zu, of which %zu tombstones\n", "sessions known at the end",
