@@ -173,6 +173,21 @@ declare -A modes=(
   [mixed]=$'delete_409 0.2\ndelete_500 0.2\nerror_500 0.05\nslow 0.2\nslow_ms 1500\nhang 0.03\nhalfclose 0.05\ngarble 0.05'
 )
 mode_names=(none delete_409 delete_500 slow hang halfclose garble mixed)
+# The modes come in shuffled rounds (each once per round), so every kind of fault is
+# injected in a run of the default length whatever the seed.
+mode_queue=()
+rotate_mode() {
+  if ((${#mode_queue[@]} == 0)); then
+    mode_queue=("${mode_names[@]}")
+    local i j tmp
+    for ((i = ${#mode_queue[@]} - 1; i > 0; i--)); do
+      j=$((RANDOM % (i + 1)))
+      tmp=${mode_queue[i]}; mode_queue[i]=${mode_queue[j]}; mode_queue[j]=$tmp
+    done
+  fi
+  set_mode "${mode_queue[0]}"
+  mode_queue=("${mode_queue[@]:1}")
+}
 set_mode() {
   printf '%s\n' "${modes[$1]}" >"$mode_file.tmp"
   mv "$mode_file.tmp" "$mode_file"
@@ -219,7 +234,7 @@ reaperd_start
 "$build/tests/chaos/chaos_driver" --engine "$engine_sock" --control "$work/control.sock" \
   --faults-log "$faults" --reaperd-pid "$work/reaperd.pid" --proxy-stats "$work/proxy.stats" \
   --seed "$seed" --lease-grace-ms 3000 --log-cap $((2 << 20)) --log-bound $((4 << 20)) \
-  --reap-deadline-ms 60000 </dev/null >"$work/driver.out" 2>"$work/driver.log" &
+  --reap-deadline-ms 60000 --out-dir "$work" </dev/null >"$work/driver.out" 2>"$work/driver.log" &
 driver_pid=$!
 
 # ---- the fault schedule -----------------------------------------------------------------
@@ -249,7 +264,7 @@ wait_until() {
   while (( $(date +%s) < target )); do
     check_alive
     if (( $(date +%s) >= next_mode )); then
-      set_mode "${mode_names[RANDOM % ${#mode_names[@]}]}"
+      rotate_mode
       next_mode=$(( $(date +%s) + 8 + RANDOM % 8 ))
     fi
     sleep 0.5
@@ -270,6 +285,7 @@ wait_until 50 25
 mount --bind "$state" "$state"
 mount -o remount,bind,ro "$state"
 fault state-ro
+step_done
 wait_until 0 5
 # The engine restarts while reaperd cannot save its state.
 engine_kill; sleep 2; engine_start; step_done

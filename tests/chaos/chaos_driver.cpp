@@ -10,7 +10,8 @@
 //
 // The faults log (written by the script) has one line per fault: "<unix ms> <what> [arg]",
 // with what in reaperd-kill, reaperd-up PID, engine-kill, engine-up, state-ro, state-rw,
-// proxy-mode NAME, faults-end.
+// proxy-mode NAME, faults-end. With --out-dir DIR it also writes its samples there as CSV
+// (log-samples.csv, reaperd-samples.csv).
 #include "engine.hpp"
 
 #include <reaper/client.hpp>
@@ -36,6 +37,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/prctl.h>
 
 namespace {
 
@@ -67,6 +70,7 @@ struct Options {
     std::string faults_log;
     std::string reaperd_pid_file;
     std::string proxy_stats;
+    std::string out_dir;  // where the samples go as CSV ("" = nowhere)
     unsigned seed = 1;
     Ms lease_grace = 3000;
     std::uint64_t log_cap = 2u << 20;
@@ -590,16 +594,6 @@ private:
             Ms at = now_ms();
             int pid = 0;
             std::ifstream(o_.reaperd_pid_file) >> pid;
-            if (pid > 0 && !ready_at_.count(pid)) {
-                try {
-                    if (status_client_.status_json().find("\"ready\":true") != std::string::npos) {
-                        std::lock_guard lock(mutex_);
-                        ready_at_[pid] = now_ms();
-                    }
-                } catch (const std::exception&) {
-                    // Not up yet.
-                }
-            }
             if (pid > 0) {
                 std::size_t fds = 0, log_fds = 0;
                 std::error_code ec;
@@ -654,6 +648,34 @@ private:
         }
     }
 
+    // Learns when each reaperd instance first says it is ready (its first full sync done).
+    void watch_readiness() {
+        int reported = 0;
+        while (!stop_all_) {
+            int pid = 0;
+            std::ifstream(o_.reaperd_pid_file) >> pid;
+            bool known;
+            {
+                std::lock_guard lock(mutex_);
+                known = ready_at_.count(pid) > 0;
+            }
+            if (pid > 0 && !known) {
+                try {
+                    auto status = status_client_.status_json();
+                    if (status.find("\"ready\":true") != std::string::npos) {
+                        std::lock_guard lock(mutex_);
+                        ready_at_[pid] = now_ms();
+                        say("reaperd ", pid, " is ready");
+                    }
+                } catch (const std::exception& e) {
+                    if (reported != pid) say("status of reaperd ", pid, ": ", e.what());
+                    reported = pid;
+                }
+            }
+            std::this_thread::sleep_for(250ms);
+        }
+    }
+
     // What reaperd's descriptors are, in the log: to read when its fd check fails.
     void log_fds() {
         int pid = 0;
@@ -685,7 +707,7 @@ private:
     std::mt19937 random_;
     std::mutex random_mutex_;
     reaper::control::ControlClient control_;
-    reaper::control::ControlClient status_client_{o_.control_socket, 500ms};
+    reaper::control::ControlClient status_client_{o_.control_socket, 5000ms};
     std::map<int, Ms> ready_at_;  // reaperd pid -> when its status first said ready
     std::unique_ptr<reaper::Client> engine_;
 
@@ -723,6 +745,7 @@ int Chaos::run() {
     }
     std::thread events([&] { follow_events(); });
     std::thread sampler([&] { sample(); });
+    std::thread readiness([&] { watch_readiness(); });
     for (int i = 0; i < 2; ++i) {
         SessionRec s;
         s.id = "chaos-held-" + std::to_string(i);
@@ -737,6 +760,7 @@ int Chaos::run() {
             }
             events.join();
             sampler.join();
+            readiness.join();
             return 1;
         }
         s.want_lease = true;
@@ -805,6 +829,7 @@ int Chaos::run() {
     }
     events.join();
     sampler.join();
+    readiness.join();
     keeper.join();
     tender.join();
     return judge();
@@ -822,7 +847,11 @@ int Chaos::judge() {
     // Windows in which reaperd could not be holding the log caps: it was down or had just
     // restarted (it re-lists and re-attaches its watches first), or the engine was down or
     // had just restarted (its containers are re-listed and their log paths re-learned).
-    std::vector<std::pair<Ms, Ms>> unsettled;
+    struct Window {
+        Ms from, to;
+        std::string why;
+    };
+    std::vector<Window> unsettled;
     Ms reaperd_down = 0, engine_down = 0;
     unsigned reaperd_kills = 0, engine_kills = 0, ro_windows = 0;
     for (auto& f : faults) {
@@ -831,26 +860,29 @@ int Chaos::judge() {
             ++reaperd_kills;
         } else if (f.what == "reaperd-up") {
             reaperd_ups.push_back(f.at);
-            if (reaperd_down) unsettled.push_back({reaperd_down, f.at});
+            if (reaperd_down) unsettled.push_back({reaperd_down, f.at, "reaperd down"});
             reaperd_down = 0;
             // Until this instance's first full sync, and `settle` more; never ready: all of
             // its life (up to the end of the run).
             int pid = std::atoi(f.arg.c_str());
             Ms ready = ready_at_.count(pid) ? ready_at_[pid] : now_ms();
-            unsettled.push_back({f.at, ready + o_.settle});
+            unsettled.push_back({f.at, ready + o_.settle,
+                                 "reaperd " + f.arg + " starting (ready after " +
+                                     std::to_string((ready - f.at) / 1000) + " s)"});
         } else if (f.what == "engine-kill") {
             engine_down = f.at;
             ++engine_kills;
         } else if (f.what == "engine-up") {
-            if (engine_down) unsettled.push_back({engine_down, f.at + o_.settle});
+            if (engine_down)
+                unsettled.push_back({engine_down, f.at + o_.settle, "engine restarting"});
             engine_down = 0;
         } else if (f.what == "state-ro") {
             ++ro_windows;
         }
     }
     auto settled = [&](Ms t) {
-        for (auto& [a, b] : unsettled)
-            if (t >= a && t <= b) return false;
+        for (auto& w : unsettled)
+            if (t >= w.from && t <= w.to) return false;
         return true;
     };
 
@@ -862,6 +894,23 @@ int Chaos::judge() {
     unsigned lapses = 0;
     Ms longest_gap = 0;
     for (auto& [id, s] : sessions_) {
+        // A dropped lease ends its session only after lease_grace: its containers may go
+        // from the drop + grace (from the loss, if the lease was already lost then).
+        if (s.ended && !s.explicitly_ended) {
+            Ms grace_start = s.ended;
+            for (auto& g : s.gaps)
+                if (g.given_up && !g.regained) {
+                    grace_start = g.lost;
+                    for (Ms up : reaperd_ups)
+                        if (up >= g.lost && up <= g.given_up) grace_start = std::max(grace_start, up);
+                    grace_start = std::min(grace_start, s.ended);
+                }
+            for (auto& name : s.boxes) {
+                auto& b = boxes_.at(name);
+                if (b.reapable == s.ended && b.why.rfind("lease dropped", 0) == 0)
+                    b.reapable = std::max(b.created, grace_start + o_.lease_grace - margin);
+            }
+        }
         for (auto& g : s.gaps) {
             Ms start = g.lost;
             Ms end = g.regained ? g.regained : g.given_up ? g.given_up : now_ms();
@@ -893,6 +942,17 @@ int Chaos::judge() {
                     b.why = "created after its session ended";
                 }
             }
+    }
+
+    if (!o_.out_dir.empty()) {
+        std::ofstream logs(o_.out_dir + "/log-samples.csv");
+        logs << "unix_ms,container,bytes,settled\n";
+        for (auto& s : logs_) logs << s.at << ',' << s.box << ',' << s.bytes << ',' << settled(s.at) << '\n';
+        std::ofstream procs(o_.out_dir + "/reaperd-samples.csv");
+        procs << "unix_ms,pid,fds,leases,log_fds,rss_kib\n";
+        for (auto& p : procs_)
+            procs << p.at << ',' << p.pid << ',' << p.fds << ',' << p.leases << ',' << p.log_fds
+                  << ',' << p.rss_kib << '\n';
     }
 
     struct Row {
@@ -980,9 +1040,13 @@ int Chaos::judge() {
 
     // 3. Log caps held while reaperd was up and settled.
     std::uint64_t max_settled = 0, max_any = 0;
+    Ms max_any_at = 0;
     std::size_t n_settled = 0;
     for (auto& s : logs_) {
-        max_any = std::max(max_any, s.bytes);
+        if (s.bytes > max_any) {
+            max_any = s.bytes;
+            max_any_at = s.at;
+        }
         if (!settled(s.at)) continue;
         ++n_settled;
         if (s.bytes > max_settled) max_settled = s.bytes;
@@ -994,7 +1058,12 @@ int Chaos::judge() {
         std::ostringstream f;
         f << "max " << mib(max_settled) << " in " << n_settled << " settled samples (cap "
           << mib(o_.log_cap) << ", bound " << mib(o_.log_bound) << "); max " << mib(max_any)
-          << " including unsettled";
+          << " overall";
+        for (auto& w : unsettled)
+            if (max_any_at >= w.from && max_any_at <= w.to) {
+                f << " (at +" << (max_any_at - run_start_) / 1000 << " s: " << w.why << ")";
+                break;
+            }
         rows.push_back({"log files within the bound", f.str(),
                         n_settled > 0 && max_settled <= o_.log_bound});
     }
@@ -1114,7 +1183,7 @@ int Chaos::judge() {
 int usage() {
     std::cerr << "usage: chaos_driver --engine PATH --control PATH --faults-log FILE"
                  " --reaperd-pid FILE --proxy-stats FILE [--seed N] [--lease-grace-ms N]"
-                 " [--log-cap BYTES] [--log-bound BYTES] [--reap-deadline-ms N]\n";
+                 " [--log-cap BYTES] [--log-bound BYTES] [--reap-deadline-ms N] [--out-dir DIR]\n";
     return 64;
 }
 
@@ -1124,6 +1193,8 @@ int main(int argc, char** argv) {
     // A write to a connection the engine or reaperd closed (both are killed on purpose here)
     // must be an error to handle, not the end of the referee; reaperd ignores SIGPIPE too.
     std::signal(SIGPIPE, SIG_IGN);
+    // Ends with the script, even one killed by SIGKILL (its trap cannot run then).
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     std::map<std::string, std::string> args;
     for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
     for (const char* key : {"--engine", "--control", "--faults-log", "--reaperd-pid", "--proxy-stats"})
@@ -1134,6 +1205,7 @@ int main(int argc, char** argv) {
     o.faults_log = args["--faults-log"];
     o.reaperd_pid_file = args["--reaperd-pid"];
     o.proxy_stats = args["--proxy-stats"];
+    if (args.count("--out-dir")) o.out_dir = args["--out-dir"];
     try {
         if (args.count("--seed")) o.seed = static_cast<unsigned>(std::stoul(args["--seed"]));
         if (args.count("--lease-grace-ms")) o.lease_grace = std::stoll(args["--lease-grace-ms"]);

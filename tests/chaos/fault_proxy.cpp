@@ -50,6 +50,7 @@
 #include <thread>
 
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -408,6 +409,8 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    // Ends with the script, even one killed by SIGKILL (its trap cannot run then).
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
 
     Shared shared{args["--upstream"], Mode(args["--mode-file"]),
                   Dice(static_cast<unsigned>(std::stoul(args["--seed"]))), Stats{}};
