@@ -722,10 +722,13 @@ struct Sample {
 
 // Samples reaperd's RSS and fds every second, its backlog (pending reaps, from `metrics`,
 // which costs reaperd far less than `status`) every 5 s, and calls `progress` every 30 s
-// until progress_done().
+// until progress_done(). Also times one engine inspect of `probe` a second: reaperd's
+// watcher makes one such call per create and start event, one at a time.
 class Sampler {
 public:
-    Sampler(const Reaperd& reaperd, std::function<void()> progress) : reaperd_(reaperd), progress_(std::move(progress)) {
+    Sampler(const Reaperd& reaperd, const reaper::ClientOptions& client_options, std::string probe,
+            std::function<void()> progress)
+        : reaperd_(reaperd), engine_(client_options), probe_(std::move(probe)), progress_(std::move(progress)) {
         thread_ = std::thread([this] { run(); });
     }
     ~Sampler() {
@@ -753,11 +756,18 @@ public:
         return slowest_metrics_ms_;
     }
     void progress_done() { progress_done_ = true; }
+    std::vector<double> inspect_ms() const {
+        std::lock_guard lock(mutex_);
+        return inspect_ms_;
+    }
 
 private:
     void run() {
         for (unsigned tick = 0;; ++tick) {
             try {
+                auto t_inspect = Clock::now();
+                engine_.inspect(probe_);
+                double inspect_ms = ms_between(t_inspect, Clock::now());
                 double rss = vm_mb(reaperd_.pid(), "VmRSS");
                 std::size_t fds = fd_count(reaperd_.pid());
                 std::optional<std::size_t> pending;
@@ -768,6 +778,7 @@ private:
                     metrics_ms = ms_between(t0, Clock::now());
                 }
                 std::lock_guard lock(mutex_);
+                if (!progress_done_) inspect_ms_.push_back(inspect_ms);
                 peak_rss_mb_ = std::max(peak_rss_mb_, rss);
                 peak_fds_ = std::max(peak_fds_, fds);
                 if (pending) peak_pending_ = std::max(peak_pending_, *pending);
@@ -782,7 +793,10 @@ private:
     }
 
     const Reaperd& reaperd_;
+    reaper::Client engine_;
+    std::string probe_;
     std::function<void()> progress_;
+    std::vector<double> inspect_ms_;
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     bool stopping_ = false;
@@ -1046,7 +1060,7 @@ int main(int argc, char** argv) {
                     options.sessions, options.sessions, leased, options.seconds);
 
         auto t0 = Clock::now();
-        Sampler sampler(reaperd, [&] {
+        Sampler sampler(reaperd, client_options, sentinels.front(), [&] {
             try {
                 auto now_view = registry_view(reaperd);  // this thread's own: `view` is the main thread's
                 std::printf("  %3.0f s: %zu containers created, reaperd tracks %zu, %zu reaps pending, %zu of ours "
@@ -1213,7 +1227,7 @@ int main(int argc, char** argv) {
         all.insert(all.end(), latencies.drop_ms.begin(), latencies.drop_ms.end());
         latency_row("explicit end", latencies.end_ms);
         latency_row("lease dropped (after the grace)", latencies.drop_ms);
-        latency_row("late container of an ended session", latencies.late_ms);
+        latency_row("late container (from its creation)", latencies.late_ms);
         latency_row("all ends", all);
         std::printf("  %-44s %6zu %8.0f %8.0f %8.0f %8.0f\n", "baseline: engine force-remove call (calib.)",
                     capacity.remove_ms.size(), percentile(capacity.remove_ms, 50), percentile(capacity.remove_ms, 90),
@@ -1221,6 +1235,10 @@ int main(int argc, char** argv) {
         std::printf("\nreaperd\n");
         std::printf("  %-44s %.1f/s (%zu create/start/destroy in %.0f s; all container events: %.1f/s)\n",
                     "events handled", double(followed) / window_s, followed, window_s, double(all_events) / window_s);
+        auto inspects = sampler.inspect_ms();
+        std::printf("  %-44s p50 %.0f, p90 %.0f, max %.0f ms (one a second during the load)\n",
+                    "engine inspect call (1 per create/start event)", percentile(inspects, 50), percentile(inspects, 90),
+                    percentile(inspects, 100));
         std::printf("  %-44s start %.1f, peak %.1f (VmHWM %.1f), after load %.1f, end %.1f\n", "RSS (MB)", rss_start,
                     std::max(sampler.peak_rss_mb(), rss_after_load), hwm, rss_after_load, rss_end);
         std::printf("  %-44s %.1f s in the load window (%.1f%% of one core, %.1f ms per container); %.1f s in all; "
