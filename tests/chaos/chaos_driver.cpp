@@ -465,6 +465,12 @@ private:
                 give_back(id);
                 return;
             }
+            // Counted as the driver's own removal from before the call (a stopped container
+            // goes at once, its destroy event maybe before the call returns), unless refused.
+            {
+                std::lock_guard lock(mutex_);
+                boxes_.at(name).driver_removed = now_ms();
+            }
             bool refused = false;
             try {
                 engine_->remove(cid, {});
@@ -472,17 +478,16 @@ private:
                 refused = true;
             } catch (const std::exception&) {
             }
-            {
+            if (refused) {
                 std::lock_guard lock(mutex_);
                 auto& b = boxes_.at(name);
-                if (!refused) {
-                    b.driver_removed = now_ms();  // it was stopped: the plain delete did it
-                } else if (!b.reapable) {
+                b.driver_removed = 0;
+                if (!b.reapable) {
                     b.reapable = now_ms();
                     b.why = "reported as orphan";
                 }
             }
-            if (refused) {
+            if (refused) {  // outside the lock: the report may wait for a restarting reaperd
                 if (retry_for(20'000, [&] { control_.report_orphan(cid, id); })) ++orphans_;
                 else say("orphan report for ", name, " not delivered in 20 s");
             }
@@ -863,12 +868,22 @@ int Chaos::judge() {
             if (reaperd_down) unsettled.push_back({reaperd_down, f.at, "reaperd down"});
             reaperd_down = 0;
             // Until this instance's first full sync, and `settle` more; never ready: all of
-            // its life (up to the end of the run).
+            // its life (up to its kill, or the end of the run).
             int pid = std::atoi(f.arg.c_str());
-            Ms ready = ready_at_.count(pid) ? ready_at_[pid] : now_ms();
-            unsettled.push_back({f.at, ready + o_.settle,
-                                 "reaperd " + f.arg + " starting (ready after " +
-                                     std::to_string((ready - f.at) / 1000) + " s)"});
+            Ms ready = now_ms();
+            if (ready_at_.count(pid)) {
+                ready = ready_at_[pid] + o_.settle;
+            } else {
+                for (auto& later : faults)
+                    if (later.what == "reaperd-kill" && later.arg == f.arg) ready = later.at;
+            }
+            unsettled.push_back({f.at, ready,
+                                 "reaperd " + f.arg + " starting (" +
+                                     (ready_at_.count(pid)
+                                          ? "ready after " +
+                                                std::to_string((ready_at_[pid] - f.at) / 1000) + " s"
+                                          : std::string("never ready")) +
+                                     ")"});
         } else if (f.what == "engine-kill") {
             engine_down = f.at;
             ++engine_kills;
