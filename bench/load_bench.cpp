@@ -22,6 +22,9 @@
 //     never takes a lease (unclaimed; left alone by default).
 // Meanwhile it follows the engine's event stream (every destroy stamped with the moment it
 // reached this process) and samples reaperd's RSS, fds, backlog and registry every second.
+// A late container's latency runs from its creation, so it includes reaperd learning of it:
+// its watcher inspects each created container, one at a time, and the engine answers an
+// inspect of a container that is being started only once the start is done.
 //
 // After the load: waits (bounded) until reaperd has reaped every container of every ended
 // session and its registry (`status`, as `reaperctl status --json` shows it) matches the
