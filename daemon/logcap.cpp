@@ -71,8 +71,11 @@ struct Watched {
     bool dirty = true;
     logcap::GrowthEstimator growth;
 
+    // Stopped, killed or removed for its log: no further action until it is fed again,
+    // which the daemon does at each start. Not "until its log grows": the engine may still
+    // flush the last lines a container wrote after the stop, and a write in progress shows
+    // its size growing page by page (logcap_test saw a second stop that way).
     bool halted = false;
-    std::uint64_t halted_bytes = 0;
     bool busy = false;            // a job is with the worker
     Clock::time_point retry_at{};  // after a failed job
     bool would_logged = false;    // dry run: its would-be action was logged
@@ -212,7 +215,6 @@ struct LogCapper::Loop {
         }
         w.dirty = false;
         w.growth.observe(w.log_bytes(), now);
-        if (w.halted && w.log_bytes() > w.halted_bytes) w.halted = false;  // written again
     }
 
     void on_inotify(bool& any) {
@@ -330,6 +332,7 @@ struct LogCapper::Loop {
         auto [it, fresh] = containers.try_emplace(info.id);
         Watched& w = it->second;
         if (fresh) w.fed_at = Clock::now();
+        w.halted = false;  // fed again: started again (see Watched::halted)
         w.info = std::move(info);
         refresh(w);
         learn_root(w.info);
@@ -485,7 +488,6 @@ struct LogCapper::Loop {
                 truncate(w, d.reason, now);
             } else if (!w.info.session.empty()) {  // the policy's rule, held once more here
                 w.busy = true;
-                w.halted_bytes = w.log_bytes();
                 owner.submit(Job{w.info.id, w.info.session, d.action, d.reason, w.log_bytes()});
             }
         }
@@ -523,10 +525,7 @@ struct LogCapper::Loop {
         Watched& w = it->second;
         w.busy = false;
         measure(w, Clock::now(), false);
-        if (halted) {
-            w.halted = true;
-            w.halted_bytes = w.log_bytes();
-        }
+        if (halted) w.halted = true;
         auto fields = container_fields(w, std::string(to_string(job.action)));
         fields.push_back({"LOG_BYTES_BEFORE", std::to_string(job.log_bytes_before)});
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});

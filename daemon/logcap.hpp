@@ -100,7 +100,8 @@ public:
     // when a container starts: the engine sets LogPath then). A container not in scope
     // (unowned with scope `sessions`) is ignored; one whose driver writes no file the capper
     // can cut is reported once (warning) and not capped; a cap label that does not parse
-    // is reported once (warning) and the default applies.
+    // is reported once (warning) and the default applies. A container the capper stopped,
+    // killed or removed is acted on again only after it is added again (started again).
     void add(ContainerLog container);
     void remove(const std::string& id);
     void reconfigure(const LogsConfig& logs);

@@ -568,6 +568,33 @@ BOOST_AUTO_TEST_CASE(stop_acts_through_the_engine_on_owned_containers_only) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(a_halted_container_is_acted_on_again_only_after_it_starts_again) {
+    for (auto action : {LogAction::stop, LogAction::kill, LogAction::remove}) {
+        const std::string op(reaperd::to_string(action));
+        BOOST_TEST_CONTEXT("action " << op) {
+            Fixture f;
+            LogCapper capper(f.engine, f.options(logs_config(action, LogScope::sessions, 1 * MiB)));
+            capper.start();
+            auto owned = f.container("f9", "s1");
+            capper.add(owned);
+            BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+            auto acted = [&] {
+                auto calls = f.engine.calls();
+                return std::count_if(calls.begin(), calls.end(), [&](const auto& call) { return call.op == op; });
+            };
+            append(owned.log_path, 2 * MiB);
+            BOOST_TEST_REQUIRE(eventually([&] { return acted() == 1; }));
+            append(owned.log_path, 1 * MiB);  // the engine flushing what it still held
+            std::this_thread::sleep_for(300ms);
+            BOOST_TEST(acted() == 1);
+            if (action == LogAction::remove) continue;
+            f.engine.running = true;
+            capper.add(owned);  // the daemon feeds it again when it starts again
+            BOOST_TEST(eventually([&] { return acted() == 2; }));
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(a_failed_stop_is_retried_with_a_warning) {
     Fixture f;
     f.engine.fail = true;
