@@ -21,6 +21,7 @@
 // missed, 2 when the bench could not run.
 #include "config.hpp"
 #include "engine.hpp"
+#include "reaperd_child.hpp"
 
 #include <reaper/client.hpp>
 #include <reaper/control.hpp>
@@ -128,43 +129,14 @@ private:
     std::thread thread_;
 };
 
-// reaperd as a child process with its own temp dir (config, state, socket, log).
-class Reaperd {
+// reaperd for this bench: lease_grace 0, so that (a') measures reaperd, not the grace.
+class Reaperd : public bench::ReaperdChild {
 public:
-    Reaperd(const std::string& engine_address, unsigned concurrency) {
-        char pattern[] = "/tmp/reaperd-bench.XXXXXX";
-        if (!::mkdtemp(pattern)) throw std::runtime_error("mkdtemp failed");
-        dir_ = pattern;
-        socket_ = dir_ + "/control.sock";
-        std::ofstream(dir_ + "/reaperd.yaml")
-            << "engine:\n  host: " << engine_address << "\n"
-            << "control:\n  socket: " << socket_ << "\n"
-            << "state:\n  dir: " << dir_ << "/state\n"
-            << "sessions:\n  lease_grace: 0\n"
-            << "reaper:\n  concurrency: " << concurrency << "\n";
-        start();
-    }
-    ~Reaperd() {
-        if (!exited()) {
-            ::kill(pid_, SIGTERM);
-            auto deadline = Clock::now() + 30s;
-            while (!exited() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-            if (!exited()) {
-                ::kill(pid_, SIGKILL);
-                ::waitpid(pid_, nullptr, 0);
-            }
-        }
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
+    Reaperd(const std::string& engine_address, unsigned concurrency)
+        : ReaperdChild(engine_address, bench::make_temp_dir("reaperd-bench"),
+                       "sessions:\n  lease_grace: 0\nreaper:\n  concurrency: " + std::to_string(concurrency) +
+                           "\n") {}
 
-    pid_t pid() const { return pid_; }
-    reaper::control::ControlClient control() const { return reaper::control::ControlClient(socket_, 10s); }
-
-    Poco::JSON::Object::Ptr status() const {
-        Poco::JSON::Parser parser;
-        return parser.parse(control().status_json()).extract<Poco::JSON::Object::Ptr>();
-    }
     std::size_t tracked() const { return status()->getValue<std::size_t>("tracked_containers"); }
     // The session's container count in reaperd's status (0 when it is not listed).
     std::size_t session_containers(const std::string& session) const {
@@ -175,68 +147,6 @@ public:
         }
         return 0;
     }
-    // True once the process has ended (and then it is reaped).
-    bool exited() {
-        if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == pid_) pid_ = -1;
-        return pid_ <= 0;
-    }
-
-    // Waits (polling every 20 ms) until `condition` holds; throws after `limit`.
-    void await(const char* what, const std::function<bool()>& condition,
-               std::chrono::milliseconds limit = 120s) {
-        auto deadline = Clock::now() + limit;
-        for (;;) {
-            try {
-                if (condition()) return;
-            } catch (const std::exception&) {
-                // Not answering yet.
-            }
-            if (exited()) throw std::runtime_error("reaperd exited; its log:\n" + log_text());
-            if (Clock::now() > deadline)
-                throw std::runtime_error(std::string("timed out waiting for ") + what + "; reaperd's log:\n" + log_text());
-            std::this_thread::sleep_for(20ms);
-        }
-    }
-
-    std::string log_text() const {
-        std::ifstream in(dir_ + "/reaperd.log");
-        std::stringstream text;
-        text << in.rdbuf();
-        return text.str();
-    }
-
-private:
-    void start() {
-        std::string config = dir_ + "/reaperd.yaml";
-        std::string log = dir_ + "/reaperd.log";
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
-        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-        std::vector<std::string> args{REAPERD_PATH, "--config", config};
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        std::vector<std::string> env{"REAPERD_LOG_TARGET=stderr"};
-        for (char** e = environ; *e; ++e) {
-            std::string entry = *e;
-            if (entry.rfind("NOTIFY_SOCKET=", 0) && entry.rfind("JOURNAL_STREAM=", 0) &&
-                entry.rfind("WATCHDOG_", 0) && entry.rfind("REAPERD_LOG_TARGET=", 0))
-                env.push_back(entry);
-        }
-        std::vector<char*> envp;
-        for (auto& e : env) envp.push_back(e.data());
-        envp.push_back(nullptr);
-        int rc = ::posix_spawn(&pid_, REAPERD_PATH, &actions, nullptr, argv.data(), envp.data());
-        posix_spawn_file_actions_destroy(&actions);
-        if (rc != 0) throw std::runtime_error(std::string("spawning reaperd: ") + std::strerror(rc));
-        await("reaperd to be ready", [&] { return status()->getValue<bool>("ready"); });
-    }
-
-    std::string dir_;
-    std::string socket_;
-    pid_t pid_ = -1;
 };
 
 // utime + stime, in seconds, from a /proc/.../stat file.

@@ -41,6 +41,7 @@
 // of such a load (tombstones live sessions.tombstone_ttl, 24h by default). Exit status 0 when every check held,
 // 1 when one failed, 2 when the bench could not run, 64 on a usage error.
 #include "engine.hpp"
+#include "reaperd_child.hpp"
 
 #include <reaper/client.hpp>
 #include <reaper/control.hpp>
@@ -137,126 +138,20 @@ std::size_t fd_count(pid_t pid) {
 
 // ---- reaperd as a child process --------------------------------------------------------------
 
-class Reaperd {
+// Its files go in `dir` (inside the private engine's temp dir, which the harness removes
+// however this process ends).
+class Reaperd : public bench::ReaperdChild {
 public:
-    // Its files go in `dir` (inside the private engine's temp dir, which the harness removes
-    // however this process ends).
     Reaperd(const std::string& engine_address, std::string dir, std::chrono::milliseconds lease_grace)
-        : dir_(std::move(dir)) {
-        fs::create_directories(dir_);
-        socket_ = dir_ + "/control.sock";
-        std::ofstream(dir_ + "/reaperd.yaml")
-            << "engine:\n  host: " << engine_address << "\n"
-            << "control:\n  socket: " << socket_ << "\n"
-            << "state:\n  dir: " << dir_ << "/state\n"
-            << "sessions:\n  lease_grace: " << lease_grace.count() << "ms\n";
-        start();
-    }
-    ~Reaperd() {
-        if (!exited()) {
-            ::kill(pid_, SIGTERM);
-            auto deadline = Clock::now() + 30s;
-            while (!exited() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-            if (!exited()) {
-                ::kill(pid_, SIGKILL);
-                ::waitpid(pid_, nullptr, 0);
-            }
-        }
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-    Reaperd(const Reaperd&) = delete;
-    Reaperd& operator=(const Reaperd&) = delete;
-
-    pid_t pid() const { return pid_; }
-    const std::string& socket() const { return socket_; }
-    reaper::control::ControlClient control() const { return reaper::control::ControlClient(socket_, 10s); }
-    Poco::JSON::Object::Ptr status() const {
-        Poco::JSON::Parser parser;
-        return parser.parse(control().status_json()).extract<Poco::JSON::Object::Ptr>();
-    }
-
-    // True once the process has ended (and then it is reaped).
-    bool exited() {
-        if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == pid_) pid_ = -1;
-        return pid_ <= 0;
-    }
+        : ReaperdChild(engine_address, std::move(dir),
+                       "sessions:\n  lease_grace: " + std::to_string(lease_grace.count()) + "ms\n") {}
 
     // The size of its state file now, in bytes (0 if there is none).
     std::uintmax_t state_bytes() const {
         std::error_code ec;
-        auto n = fs::file_size(dir_ + "/state/state.json", ec);
+        auto n = fs::file_size(dir() + "/state/state.json", ec);
         return ec ? 0 : n;
     }
-
-    std::string log_text() const {
-        std::ifstream in(dir_ + "/reaperd.log");
-        std::stringstream text;
-        text << in.rdbuf();
-        return text.str();
-    }
-    // The last `n` lines of its log.
-    std::string log_tail(std::size_t n) const {
-        std::istringstream in(log_text());
-        std::vector<std::string> lines;
-        for (std::string line; std::getline(in, line);) lines.push_back(line);
-        std::string out;
-        for (std::size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i) out += lines[i] + "\n";
-        return out;
-    }
-
-private:
-    // Forks and execs reaperd with PR_SET_PDEATHSIG, so it gets SIGTERM when this process
-    // dies, even by SIGKILL or ^C (the harness stops the engine then too).
-    void start() {
-        std::string config = dir_ + "/reaperd.yaml";
-        std::string log = dir_ + "/reaperd.log";
-        std::vector<std::string> args{REAPERD_PATH, "--config", config};
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        std::vector<std::string> env{"REAPERD_LOG_TARGET=stderr"};
-        for (char** e = environ; *e; ++e) {
-            std::string entry = *e;
-            if (entry.rfind("NOTIFY_SOCKET=", 0) && entry.rfind("JOURNAL_STREAM=", 0) &&
-                entry.rfind("WATCHDOG_", 0) && entry.rfind("REAPERD_LOG_TARGET=", 0))
-                env.push_back(entry);
-        }
-        std::vector<char*> envp;
-        for (auto& e : env) envp.push_back(e.data());
-        envp.push_back(nullptr);
-        pid_t parent = ::getpid();
-        pid_ = ::fork();
-        if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-        if (pid_ == 0) {
-            // Only async-signal-safe calls between fork and exec.
-            ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-            if (::getppid() != parent) ::_exit(127);
-            int in = ::open("/dev/null", O_RDONLY);
-            int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (in < 0 || out < 0) ::_exit(127);
-            ::dup2(in, STDIN_FILENO);
-            ::dup2(out, STDOUT_FILENO);
-            ::dup2(out, STDERR_FILENO);
-            ::execve(REAPERD_PATH, argv.data(), envp.data());
-            ::_exit(127);
-        }
-        auto deadline = Clock::now() + 120s;
-        for (;;) {
-            try {
-                if (status()->getValue<bool>("ready")) return;
-            } catch (const std::exception&) {
-                // Not answering yet.
-            }
-            if (exited()) throw std::runtime_error("reaperd exited at start; its log:\n" + log_text());
-            if (Clock::now() > deadline) throw std::runtime_error("reaperd not ready after 120 s; its log:\n" + log_text());
-            std::this_thread::sleep_for(50ms);
-        }
-    }
-
-    std::string dir_;
-    std::string socket_;
-    pid_t pid_ = -1;
 };
 
 // ---- the engine's event stream --------------------------------------------------------------

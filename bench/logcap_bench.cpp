@@ -13,6 +13,7 @@
 // held.
 #include "engine.hpp"
 #include "logcap.hpp"
+#include "reaperd_child.hpp"
 
 #include <reaper/client.hpp>
 #include <reaper/control.hpp>
@@ -121,56 +122,10 @@ std::uint64_t process_cpu_ns(pid_t pid) {
 }
 
 // A reaperd child on the private engine, capping logs at `max_size`.
-class Reaperd {
+class Reaperd : public bench::ReaperdChild {
 public:
-    Reaperd(const std::string& engine_address, const std::string& max_size) {
-        char pattern[] = "/tmp/logcap-bench.XXXXXX";
-        dir_ = ::mkdtemp(pattern);
-        std::ofstream(dir_ + "/reaperd.yaml") << "engine:\n  host: " << engine_address << "\n"
-                                              << "control:\n  socket: " << dir_ << "/control.sock\n"
-                                              << "state:\n  dir: " << dir_ << "/state\n"
-                                              << "logs:\n  max_size: " << max_size << "\n";
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
-        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-        std::string log = dir_ + "/reaperd.log";
-        posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        std::string config = dir_ + "/reaperd.yaml";
-        std::vector<std::string> args{REAPERD_PATH, "--config", config};
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        std::vector<std::string> env{"REAPERD_LOG_TARGET=stderr"};
-        for (char** e = environ; *e; ++e)
-            if (std::string(*e).rfind("NOTIFY_SOCKET=", 0) != 0) env.emplace_back(*e);
-        std::vector<char*> envp;
-        for (auto& e : env) envp.push_back(e.data());
-        envp.push_back(nullptr);
-        if (posix_spawn(&pid_, REAPERD_PATH, &actions, nullptr, argv.data(), envp.data()) != 0)
-            throw std::runtime_error("could not start " REAPERD_PATH);
-        posix_spawn_file_actions_destroy(&actions);
-        reaper::control::ControlClient control(dir_ + "/control.sock");
-        auto deadline = Clock::now() + 60s;
-        while (true) {
-            try {
-                if (control.status_json().find("\"ready\":true") != std::string::npos) break;
-            } catch (const std::exception&) {
-            }
-            if (Clock::now() > deadline || ::waitpid(pid_, nullptr, WNOHANG) != 0)
-                throw std::runtime_error("reaperd did not become ready; see " + log);
-            std::this_thread::sleep_for(50ms);
-        }
-    }
-    ~Reaperd() {
-        ::kill(pid_, SIGTERM);
-        ::waitpid(pid_, nullptr, 0);
-        fs::remove_all(dir_);
-    }
-    pid_t pid() const { return pid_; }
-
-private:
-    std::string dir_;
-    pid_t pid_ = -1;
+    Reaperd(const std::string& engine_address, const std::string& max_size)
+        : ReaperdChild(engine_address, bench::make_temp_dir("logcap-bench"), "logs:\n  max_size: " + max_size + "\n") {}
 };
 
 struct Sampled {
