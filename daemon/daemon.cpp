@@ -507,10 +507,10 @@ void Daemon::reload(TimePoint now) {
     } catch (const ConfigError& e) {
         std::string problems;
         for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + p.to_string();
-        log(Priority::err, {}, "configuration not reloaded; keeping the running one",
+        log(Priority::err, {}, "configuration not reloaded; keeping the running one: " + problems,
             {{"CONFIG", options_.config_path}, {"ERROR", problems}});
     } catch (const std::exception& e) {
-        log(Priority::err, {}, "configuration not reloaded; keeping the running one",
+        log(Priority::err, {}, std::string("configuration not reloaded; keeping the running one: ") + e.what(),
             {{"CONFIG", options_.config_path}, {"ERROR", e.what()}});
     }
     notify::ready();

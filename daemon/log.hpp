@@ -28,7 +28,6 @@ inline constexpr std::string_view log_capped = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a03
 inline constexpr std::string_view session_ended = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a04";
 inline constexpr std::string_view engine_lost = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a05";
 inline constexpr std::string_view engine_back = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a06";
-inline constexpr std::string_view reap_gave_up = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a07";
 inline constexpr std::string_view would_reap = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a08";
 }  // namespace message_id
 
