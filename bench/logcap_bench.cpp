@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -192,12 +193,12 @@ int main(int argc, char** argv) {
     options.sink = [](reaperd::Priority, std::string_view, std::string_view, std::vector<reaperd::LogField>) {};
     reaperd::LogCapper capper(client, options);
     capper.start();
-    Writer writer(client, "bench-capped");
+    std::optional<Writer> writer(std::in_place, client, "bench-capped");
     reaperd::ContainerLog c;
-    c.id = writer.id;
+    c.id = writer->id;
     c.name = "bench-capped";
     c.session = "bench";
-    c.log_path = writer.log_path.string();
+    c.log_path = writer->log_path.string();
     c.log_driver = "json-file";
     capper.add(c);
     std::this_thread::sleep_for(500ms);  // the capper has seen the writer start
@@ -205,8 +206,8 @@ int main(int argc, char** argv) {
     auto counters0 = capper.counters();
     auto capper_cpu0 = thread_cpu_ns("reaperd-logcap");
     auto process_cpu0 = process_cpu_ns();
-    auto bytes0 = log_bytes(writer.log_path);
-    auto sampled = sample(writer.log_path, seconds);
+    auto bytes0 = log_bytes(writer->log_path);
+    auto sampled = sample(writer->log_path, seconds);
     auto max_seen = sampled.max_bytes;
     auto samples = sampled.samples;
     auto over_cap = sampled.over_cap;
@@ -214,8 +215,12 @@ int main(int argc, char** argv) {
     auto capper_cpu = thread_cpu_ns("reaperd-logcap") - capper_cpu0;
     auto process_cpu = process_cpu_ns() - process_cpu0;
     auto counters = capper.counters();
-    auto bytes1 = log_bytes(writer.log_path);
+    auto bytes1 = log_bytes(writer->log_path);
     capper.stop();
+    // Removed before the next phases: left running, this `yes` (labelled with a session)
+    // was capped by reaperd too, and two runaway writers with dockerd saturated both cores;
+    // reaperd then read 35% of a core instead of its ~1%.
+    writer.reset();
 
     double capper_percent = 100.0 * double(capper_cpu) / 1e9 / elapsed;
     double process_percent = 100.0 * double(process_cpu) / 1e9 / elapsed;
