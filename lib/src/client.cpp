@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <charconv>
+#include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -49,12 +51,18 @@ std::string encode_filters(const Filters& filters) {
 }
 
 int compare_api_versions(std::string_view a, std::string_view b) {
+    // Each read consumes a number and its '.', or ends the version: anything but a '.' after
+    // a number ("-rc1", a letter) empties it, so the loop below always terminates.
     auto next = [](std::string_view& s) {
         unsigned value = 0;
         auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-        (void)ec;
+        if (ec == std::errc::result_out_of_range) value = std::numeric_limits<unsigned>::max();
         s.remove_prefix(static_cast<std::size_t>(end - s.data()));
-        if (!s.empty() && s.front() == '.') s.remove_prefix(1);
+        if (!s.empty() && s.front() == '.') {
+            s.remove_prefix(1);
+        } else {
+            s = {};
+        }
         return value;
     };
     while (!a.empty() || !b.empty()) {
@@ -62,6 +70,26 @@ int compare_api_versions(std::string_view a, std::string_view b) {
         if (x != y) return x < y ? -1 : 1;
     }
     return 0;
+}
+
+bool is_api_version(std::string_view text) {
+    auto dot = text.find('.');
+    if (dot == std::string_view::npos || dot == 0 || dot + 1 == text.size() || dot > 4 || text.size() - dot > 5)
+        return false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (i != dot && (text[i] < '0' || text[i] > '9')) return false;
+    }
+    return true;
+}
+
+std::string api_version_from_environment() {
+    const char* pinned = std::getenv("DOCKER_API_VERSION");
+    if (!pinned || !*pinned) return {};
+    if (!is_api_version(pinned)) {
+        throw std::invalid_argument(std::string("DOCKER_API_VERSION=") + pinned +
+                                    ": not an API version (expected digits, a dot, digits, e.g. 1.44)");
+    }
+    return pinned;
 }
 
 // ---- connections ------------------------------------------------------------------------
@@ -73,6 +101,24 @@ struct Connection {
     std::unique_ptr<Poco::Net::HTTPClientSession> http;
     bool reused = false;
 };
+
+// The engine's answer to a request whose /vX.Y prefix it does not serve: Docker's
+// middleware answers 400 "client version 1.43 is too old. Minimum supported API version is
+// 1.44, ..." or "client version 1.53 is too new. Maximum supported API version is 1.52".
+bool is_version_refusal(int status, const std::string& message) {
+    return status == 400 && message.rfind("client version ", 0) == 0 &&
+           (message.find("too old") != std::string::npos || message.find("too new") != std::string::npos);
+}
+
+// A kept-alive connection that is readable while idle has been closed by the engine (EOF) or
+// holds bytes nobody asked for: either way it must not carry a request.
+bool idle_connection_is_stale(Poco::Net::StreamSocket& socket) {
+    try {
+        return socket.poll(Poco::Timespan(0), Poco::Net::Socket::SELECT_READ | Poco::Net::Socket::SELECT_ERROR);
+    } catch (const Poco::Exception&) {
+        return true;
+    }
+}
 
 std::string engine_message_of(const std::string& body) {
     try {
@@ -174,7 +220,6 @@ Event parse_event_line(const std::string& line) {
         event.id = str(actor, "ID");
         event.attributes = string_map(actor->getObject("Attributes"));
     }
-    if (event.id.empty()) event.id = str(object, "id");
     return event;
 }
 
@@ -191,8 +236,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     std::vector<std::unique_ptr<Connection>> idle;
     std::set<Connection*> busy;
     std::set<HttpEventStream*> streams;
+    // The API version in use; "" until negotiated. Cleared when a negotiation fails or the
+    // engine refuses the version, so the next call asks the engine again.
+    std::mutex version_mutex;
     std::string negotiated_version;
-    std::once_flag negotiating;
+    // Set when a connect fails: the engine that comes back may be another version. A flag,
+    // not a clear, because connect() also runs inside a negotiation holding version_mutex.
+    std::atomic<bool> engine_lost{false};
 
     struct Response {
         int status = 0;
@@ -210,8 +260,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
             connection->socket.connect(socket_address,
                                        Poco::Timespan(options.connect_timeout.count() * 1000));
         } catch (const Poco::TimeoutException& e) {
+            engine_lost = true;
             throw Timeout(0, "", "connecting to the engine at " + address.to_string() + " timed out");
         } catch (const Poco::Exception& e) {
+            engine_lost = true;
             throw Unreachable(0, "", "cannot connect to the engine at " + address.to_string() + ": " +
                                          e.displayText());
         }
@@ -228,9 +280,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         {
             std::lock_guard lock(mutex);
             if (closed) throw ClientClosed(0, "", "the engine client is closed");
-            if (!idle.empty()) {
+            while (!idle.empty()) {
                 auto connection = std::move(idle.back());
                 idle.pop_back();
+                if (idle_connection_is_stale(connection->socket)) continue;
                 connection->reused = true;
                 busy.insert(connection.get());
                 return connection;
@@ -275,13 +328,17 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         }
     }
 
-    std::string path_for(const std::string& path) {
-        return "/v" + api_version() + path;
+    std::string api_version() {
+        std::lock_guard lock(version_mutex);
+        if (engine_lost.exchange(false)) negotiated_version.clear();
+        if (negotiated_version.empty()) negotiated_version = negotiate();
+        return negotiated_version;
     }
 
-    std::string api_version() {
-        std::call_once(negotiating, [this] { negotiated_version = negotiate(); });
-        return negotiated_version;
+    // Drops `version` after the engine refused it, so the next call negotiates again.
+    void forget_api_version(const std::string& version) {
+        std::lock_guard lock(version_mutex);
+        if (negotiated_version == version) negotiated_version.clear();
     }
 
     std::string negotiate() {
@@ -295,23 +352,36 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         std::string engine_max = str(object, "ApiVersion");
         std::string engine_min = str(object, "MinAPIVersion");
         if (engine_max.empty()) throw ProtocolError(200, "", "GET /version: the engine named no ApiVersion");
+        std::string engine = str(object, "Version");
+        std::string engine_range = "the engine" + (engine.empty() ? "" : " (version " + engine + ")") +
+                                   " speaks API " + (engine_min.empty() ? "up to " : engine_min + " to ") +
+                                   engine_max;
+        auto below_engine_min = [&](const std::string& v) {
+            return !engine_min.empty() && compare_api_versions(v, engine_min) < 0;
+        };
+        if (!options.pinned_api_version.empty()) {
+            const auto& pinned = options.pinned_api_version;
+            if (below_engine_min(pinned) || compare_api_versions(pinned, engine_max) > 0) {
+                throw UnsupportedVersion(200, "", "API version " + pinned + " is pinned (DOCKER_API_VERSION), but " +
+                                                      engine_range);
+            }
+            return pinned;
+        }
         std::string version = compare_api_versions(engine_max, options.max_api_version) < 0
                                   ? engine_max
                                   : options.max_api_version;
-        if (compare_api_versions(version, options.min_api_version) < 0) {
-            throw ProtocolError(200, "", "the engine speaks API " + engine_max + ", older than the minimum " +
-                                             options.min_api_version + " this client needs");
-        }
-        if (!engine_min.empty() && compare_api_versions(version, engine_min) < 0) {
-            throw ProtocolError(200, "", "the engine needs API " + engine_min + " or newer; this client speaks up to " +
-                                             options.max_api_version);
+        if (compare_api_versions(version, options.min_api_version) < 0 || below_engine_min(version)) {
+            throw UnsupportedVersion(200, "", engine_range + "; this client speaks API " + options.min_api_version +
+                                                  " to " + options.max_api_version);
         }
         return version;
     }
 
-    // One HTTP exchange with the whole response body read. A reused keep-alive connection
-    // that the engine had already closed fails before any answer; that exchange is retried
-    // once on a fresh connection.
+    // One HTTP exchange with the whole response body read. Only a GET or HEAD is ever sent
+    // twice: one that failed before any answer on a reused keep-alive connection (the engine
+    // closed it between our staleness check and the write) goes again on a fresh one. Any
+    // other request may have reached the engine, and a second POST /containers/create would
+    // make a second container; its failure goes to the caller.
     Response send(const std::string& method, const std::string& path, const std::string& body,
                   const std::string& content_type, std::chrono::milliseconds timeout) {
         for (int attempt = 0;; ++attempt) {
@@ -349,28 +419,43 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                 give_back(std::move(connection), response.getKeepAlive());
                 return result;
             } catch (...) {
-                bool stale = connection->reused && !answered && attempt == 0;
+                bool resend = connection->reused && !answered && attempt == 0 &&
+                              (method == "GET" || method == "HEAD");
                 give_back(std::move(connection), false);
-                if (stale && !is_closed()) continue;
+                if (resend && !is_closed()) continue;
                 rethrow_io_error(method + " " + path);
             }
         }
     }
 
     // A versioned call that expects one of `ok` statuses; any other becomes a typed error.
+    // An engine that refuses the negotiated version (it was upgraded or downgraded since) did
+    // not act on the request, so it is sent once more under a freshly negotiated version.
     Response call(const std::string& method, const std::string& path, const std::string& body = "",
                   std::initializer_list<int> ok = {200, 201, 204},
-                  std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
-        auto full = path_for(path);
-        auto response = send(method, full, body, body.empty() ? "" : "application/json",
-                             timeout.value_or(options.request_timeout));
-        for (int s : ok) {
-            if (response.status == s) return response;
+                  std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+                  const std::string& content_type = "application/json") {
+        for (int attempt = 0;; ++attempt) {
+            auto version = api_version();
+            auto response = send(method, "/v" + version + path, body, body.empty() ? "" : content_type,
+                                 timeout.value_or(options.request_timeout));
+            for (int s : ok) {
+                if (response.status == s) return response;
+            }
+            auto message = engine_message_of(response.body);
+            if (is_version_refusal(response.status, message)) {
+                forget_api_version(version);
+                if (attempt == 0 && options.pinned_api_version.empty() && api_version() != version) continue;
+            }
+            throw_error_for(response.status, message, method + " " + path);
         }
-        auto message = engine_message_of(response.body);
-        throw_engine_error(error_kind_for_status(response.status), response.status, message,
-                           method + " " + path + ": HTTP " + std::to_string(response.status) +
-                               (message.empty() ? "" : ": " + message));
+    }
+
+    // The typed error for an answer of `status`; a version refusal is UnsupportedVersion.
+    [[noreturn]] static void throw_error_for(int status, const std::string& message, const std::string& what) {
+        auto kind = is_version_refusal(status, message) ? EngineErrorKind::Unsupported : error_kind_for_status(status);
+        throw_engine_error(kind, status, message,
+                           what + ": HTTP " + std::to_string(status) + (message.empty() ? "" : ": " + message));
     }
 
     void close();
@@ -391,10 +476,12 @@ public:
         connection_.reset();
     }
 
-    void begin(const std::string& path) {
+    // Sends GET /v<version><path>.
+    void begin(const std::string& version, const std::string& path) {
+        version_ = version;
         try {
             connection_->socket.setReceiveTimeout(Poco::Timespan(client_->options.request_timeout.count() * 1000));
-            HTTPRequest request(HTTPRequest::HTTP_GET, path, HTTPRequest::HTTP_1_1);
+            HTTPRequest request(HTTPRequest::HTTP_GET, "/v" + version + path, HTTPRequest::HTTP_1_1);
             request.setHost("docker");
             request.setContentLength(0);
             connection_->http->sendRequest(request).flush();
@@ -404,8 +491,8 @@ public:
                 std::string body;
                 Poco::StreamCopier::copyToString(*in_, body);
                 auto message = engine_message_of(body);
-                throw_engine_error(error_kind_for_status(response.getStatus()), response.getStatus(), message,
-                                   what_ + ": HTTP " + std::to_string(response.getStatus()) + ": " + message);
+                if (is_version_refusal(response.getStatus(), message)) client_->forget_api_version(version_);
+                Client::Impl::throw_error_for(response.getStatus(), message, what_);
             }
             // Events arrive when they happen; only cancel() or the engine ends a read.
             connection_->socket.setReceiveTimeout(Poco::Timespan(0));
@@ -457,6 +544,7 @@ private:
     std::istream* in_ = nullptr;
     bool ends_by_itself_;
     std::string what_;
+    std::string version_;
     std::atomic<bool> cancelled_{false};
 };
 
@@ -654,6 +742,11 @@ void Client::remove(const std::string& id, const RemoveOptions& options) {
 int Client::wait(const std::string& id, std::chrono::milliseconds timeout) {
     auto o = parse_object(impl_->call("POST", "/containers/" + url_encode(id) + "/wait", "", {200}, timeout).body,
                           "POST /containers/" + id + "/wait");
+    // A wait that failed answers 200 with StatusCode -1 and the reason in Error.Message.
+    if (auto error = o->getObject("Error")) {
+        if (auto message = str(error, "Message"); !message.empty())
+            throw ServerError(200, message, "POST /containers/" + id + "/wait: " + message);
+    }
     return num<int>(o, "StatusCode");
 }
 
@@ -688,19 +781,19 @@ void Client::import_image(std::istream& tar, const std::string& reference) {
         tag = reference.substr(colon + 1);
     }
     std::string body((std::istreambuf_iterator<char>(tar)), std::istreambuf_iterator<char>());
-    auto path = impl_->path_for("/images/create?fromSrc=-&repo=" + url_encode(repo) + "&tag=" + url_encode(tag));
-    auto response = impl_->send("POST", path, body, "application/x-tar", impl_->options.request_timeout);
-    if (response.status != 200) {
-        auto message = engine_message_of(response.body);
-        throw_engine_error(error_kind_for_status(response.status), response.status, message,
-                           "POST /images/create: HTTP " + std::to_string(response.status) + ": " + message);
-    }
-    // Import reports failures inside a 200 progress stream, one JSON object per line.
+    auto response = impl_->call("POST", "/images/create?fromSrc=-&repo=" + url_encode(repo) + "&tag=" + url_encode(tag),
+                                body, {200}, std::nullopt, "application/x-tar");
+    // Import reports failures inside a 200 progress stream, one JSON object per line: in
+    // "errorDetail": {"message"}, and until API 1.48 also in "error", which later engines may
+    // leave out (deprecated in 1.48's swagger).
     std::istringstream lines(response.body);
     for (std::string line; std::getline(lines, line);) {
-        if (line.find("\"error\"") == std::string::npos) continue;
+        if (line.find("\"error") == std::string::npos) continue;
         auto o = parse_object(line, "POST /images/create");
-        auto message = str(o, "error");
+        std::string message;
+        if (auto detail = o->getObject("errorDetail")) message = str(detail, "message");
+        if (message.empty()) message = str(o, "error");
+        if (message.empty()) continue;
         throw ServerError(200, message, "POST /images/create: " + message);
     }
 }
@@ -711,17 +804,24 @@ std::unique_ptr<EventStream> Client::events(const EventsOptions& options) {
     if (!options.filters.empty()) add("filters=" + url_encode(encode_filters(options.filters)));
     if (options.since) add("since=" + std::to_string(*options.since));
     if (options.until) add("until=" + std::to_string(*options.until));
-    auto path = impl_->path_for("/events" + query);
-    auto connection = impl_->connect();
-    auto stream = std::make_unique<HttpEventStream>(impl_, std::move(connection), options.until.has_value(),
-                                                    "GET /events");
-    {
-        std::lock_guard lock(impl_->mutex);
-        if (impl_->closed) throw ClientClosed(0, "", "the engine client is closed");
-        impl_->streams.insert(stream.get());
+    for (int attempt = 0;; ++attempt) {
+        auto version = impl_->api_version();
+        auto connection = impl_->connect();
+        auto stream = std::make_unique<HttpEventStream>(impl_, std::move(connection), options.until.has_value(),
+                                                        "GET /events");
+        {
+            std::lock_guard lock(impl_->mutex);
+            if (impl_->closed) throw ClientClosed(0, "", "the engine client is closed");
+            impl_->streams.insert(stream.get());
+        }
+        try {
+            stream->begin(version, "/events" + query);
+            return stream;
+        } catch (const UnsupportedVersion&) {
+            // As in call(): the engine changed version under us; once more, renegotiated.
+            if (attempt > 0 || !impl_->options.pinned_api_version.empty() || impl_->api_version() == version) throw;
+        }
     }
-    stream->begin(path);
-    return stream;
 }
 
 }  // namespace reaper

@@ -6,6 +6,7 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -109,6 +110,46 @@ BOOST_AUTO_TEST_CASE(api_version_comparison) {
     BOOST_TEST(compare_api_versions("1.43", "1.40") > 0);
     BOOST_TEST(compare_api_versions("2.0", "1.99") > 0);
     BOOST_TEST(compare_api_versions("1.41", "1.41.0") == 0);
+}
+
+// Each of these once looped forever (a component that is not a number consumed nothing), and
+// the loop ran under the client's negotiation lock: every later engine call would hang.
+const char* odd_versions[] = {"1.43-rc1", "x", "", ".", "..", "1..2", "1.x.3", "-1", "99999999999999999999.1", "1.43 "};
+
+BOOST_DATA_TEST_CASE(api_version_comparison_terminates_on_any_input, bdata::make(odd_versions), text) {
+    int vs_newest = compare_api_versions(text, "1.52");
+    int back = compare_api_versions("1.52", text);
+    BOOST_TEST((vs_newest < 0) == (back > 0));
+    BOOST_TEST(compare_api_versions(text, text) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(api_version_comparison_reads_a_suffix_as_the_end) {
+    BOOST_TEST(compare_api_versions("1.43-rc1", "1.43") == 0);
+    BOOST_TEST(compare_api_versions("1.43-rc1", "1.44") < 0);
+    BOOST_TEST(compare_api_versions("99999999999999999999.1", "1.52") > 0);
+}
+
+BOOST_AUTO_TEST_CASE(api_versions_are_digits_dot_digits) {
+    for (const char* good : {"1.44", "1.9", "10.100"}) BOOST_TEST(is_api_version(good), good);
+    for (const char* bad : {"", "1", "1.", ".4", "v1.44", "1.44.0", "1.44 ", "1.4a", "12345.1"})
+        BOOST_TEST(!is_api_version(bad), bad);
+}
+
+BOOST_AUTO_TEST_CASE(docker_api_version_pins_from_the_environment) {
+    ::unsetenv("DOCKER_API_VERSION");
+    BOOST_TEST(api_version_from_environment() == "");
+    ::setenv("DOCKER_API_VERSION", "", 1);
+    BOOST_TEST(api_version_from_environment() == "");
+    ::setenv("DOCKER_API_VERSION", "1.43", 1);
+    BOOST_TEST(api_version_from_environment() == "1.43");
+    ::setenv("DOCKER_API_VERSION", "latest", 1);
+    try {
+        api_version_from_environment();
+        BOOST_FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+        BOOST_TEST(std::string(e.what()).find("DOCKER_API_VERSION=latest") != std::string::npos, e.what());
+    }
+    ::unsetenv("DOCKER_API_VERSION");
 }
 
 struct StatusCase {
@@ -361,6 +402,128 @@ BOOST_AUTO_TEST_CASE(negotiation_takes_the_lower_of_both_versions) {
     });
     Client client2(newer.options());
     BOOST_TEST(client2.api_version() == ClientOptions{}.max_api_version);
+}
+
+// The (MinAPIVersion, ApiVersion) pairs that engines present, and what this client must use.
+struct Negotiation {
+    const char* engine;  // what the row stands for
+    const char* min;     // "" = the engine names none (Docker before 1.25, some compat engines)
+    const char* max;
+    const char* pinned;
+    const char* expected;  // nullptr = UnsupportedVersion
+};
+std::ostream& operator<<(std::ostream& out, const Negotiation& n) { return out << n.engine; }
+
+const Negotiation negotiations[] = {
+    {"Debian 12 docker.io 20.10", "1.12", "1.41", "", "1.41"},
+    {"Podman 4.3", "1.24", "1.41", "", "1.41"},
+    {"Docker 26", "1.24", "1.45", "", "1.45"},
+    {"Docker 29.0", "1.44", "1.52", "", "1.52"},
+    {"Docker 29.7", "1.40", "1.52", "", "1.52"},
+    {"a future engine, floor within reach", "1.48", "1.60", "", "1.52"},
+    {"an engine without MinAPIVersion", "", "1.43", "", "1.43"},
+    {"a future engine past this client", "1.53", "1.60", "", nullptr},
+    {"an engine older than this client", "1.12", "1.39", "", nullptr},
+    {"pinned below Docker 29's floor", "1.44", "1.52", "1.43", nullptr},
+    {"pinned above the engine", "1.12", "1.41", "1.44", nullptr},
+    {"pinned within Docker 29", "1.44", "1.52", "1.44", "1.44"},
+    {"pinned past this client's ceiling", "1.44", "1.60", "1.55", "1.55"},
+};
+
+BOOST_DATA_TEST_CASE(negotiation_per_engine, bdata::make(negotiations), n) {
+    std::string body = std::string(R"({"Version":"x","ApiVersion":")") + n.max + '"' +
+                       (*n.min ? std::string(R"(,"MinAPIVersion":")") + n.min + '"' : "") + "}";
+    FakeEngine fake([body](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) return Scripted{http(200, body)};
+        return Scripted{http(200, "[]")};
+    });
+    auto options = fake.options();
+    options.pinned_api_version = n.pinned;
+    Client client(options);
+    if (!n.expected) {
+        try {
+            client.list_containers({});
+            BOOST_FAIL("negotiated");
+        } catch (const UnsupportedVersion& e) {
+            std::string what = e.what();
+            BOOST_TEST(e.kind() == EngineErrorKind::Unsupported);
+            BOOST_TEST(what.find(std::string("speaks API ")) != std::string::npos, what);
+            BOOST_TEST(what.find(n.max) != std::string::npos, what);
+            if (*n.pinned) BOOST_TEST(what.find(std::string(n.pinned) + " is pinned") != std::string::npos, what);
+        }
+        // Nothing is cached: the next call asks the engine again.
+        BOOST_CHECK_THROW(client.list_containers({}), UnsupportedVersion);
+        auto requests = fake.requests();
+        BOOST_TEST(std::count_if(requests.begin(), requests.end(), [](const std::string& r) {
+                       return r.find(" /version ") != std::string::npos;
+                   }) == 2);
+        return;
+    }
+    client.list_containers({});
+    BOOST_TEST(client.api_version() == n.expected);
+    BOOST_TEST(fake.requests().back().find(std::string("GET /v") + n.expected + "/containers/json") == 0u,
+               fake.requests().back());
+}
+
+// An engine upgraded under a running client (20.10 -> 29.0) refuses the old version with
+// Docker's 400; the client negotiates again and the call goes through once, on the new one.
+BOOST_AUTO_TEST_CASE(an_engine_upgraded_under_the_client_is_renegotiated) {
+    std::atomic<bool> upgraded{false};
+    FakeEngine fake([&upgraded](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) {
+            return Scripted{upgraded ? http(200, R"({"ApiVersion":"1.52","MinAPIVersion":"1.44"})") : version_reply};
+        }
+        if (upgraded && line.find("/v1.41/") != std::string::npos) {
+            return Scripted{http(400, R"({"message":"client version 1.41 is too old. Minimum supported API version )"
+                                      R"(is 1.44, please upgrade your client to a newer version"})")};
+        }
+        return Scripted{http(201, R"({"Id":"abc"})")};
+    });
+    Client client(fake.options());
+    BOOST_TEST(client.create({.image = "x"}) == "abc");
+    BOOST_TEST(client.api_version() == "1.41");
+    upgraded = true;
+    BOOST_TEST(client.create({.image = "x"}) == "abc");
+    BOOST_TEST(client.api_version() == "1.52");
+    auto requests = fake.requests();
+    BOOST_TEST(std::count_if(requests.begin(), requests.end(), [](const std::string& r) {
+                   return r.find("POST /v1.52/containers/create") == 0;
+               }) == 1);
+}
+
+// A pinned version the engine refuses is reported as such, with the engine's words.
+BOOST_AUTO_TEST_CASE(a_refused_version_is_unsupported_not_a_bad_request) {
+    FakeEngine fake([](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) return Scripted{version_reply};
+        return Scripted{http(400, R"({"message":"client version 1.41 is too new. Maximum supported API version is 1.40"})")};
+    });
+    Client client(fake.options());
+    try {
+        client.list_containers({});
+        BOOST_FAIL("no error");
+    } catch (const UnsupportedVersion& e) {
+        BOOST_TEST(e.status() == 400);
+        BOOST_TEST(e.engine_message().find("too new") != std::string::npos, e.engine_message());
+    }
+    BOOST_CHECK_THROW(client.events({}), UnsupportedVersion);
+}
+
+// A POST whose answer was lost may have reached the engine: it is never sent again, or a lost
+// create answer would make a second container. A GET is (issue 10, point 5).
+BOOST_AUTO_TEST_CASE(a_request_that_may_have_reached_the_engine_is_sent_once) {
+    std::atomic<int> creates{0};
+    FakeEngine fake([&](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) return Scripted{version_reply};
+        if (line.find("POST ") == 0) {
+            ++creates;
+            return Scripted{"", false, true};  // received, then the connection dropped
+        }
+        return Scripted{http(200, "[]")};
+    });
+    Client client(fake.options());
+    client.list_containers({});  // leaves a kept-alive connection for the create to reuse
+    BOOST_CHECK_THROW(client.create({.image = "x"}), Unreachable);
+    BOOST_TEST(creates == 1);
 }
 
 BOOST_AUTO_TEST_CASE(requests_are_encoded_as_the_engine_expects) {

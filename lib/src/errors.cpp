@@ -12,6 +12,7 @@ const char* to_string(EngineErrorKind kind) {
         case EngineErrorKind::Timeout: return "timeout";
         case EngineErrorKind::Protocol: return "protocol error";
         case EngineErrorKind::Closed: return "client closed";
+        case EngineErrorKind::Unsupported: return "unsupported API version";
     }
     return "unknown";
 }
@@ -33,6 +34,7 @@ void throw_engine_error(EngineErrorKind kind, int status, std::string engine_mes
         case EngineErrorKind::Timeout: throw Timeout(status, std::move(engine_message), what);
         case EngineErrorKind::Protocol: throw ProtocolError(status, std::move(engine_message), what);
         case EngineErrorKind::Closed: throw ClientClosed(status, std::move(engine_message), what);
+        case EngineErrorKind::Unsupported: throw UnsupportedVersion(status, std::move(engine_message), what);
     }
     throw ProtocolError(status, std::move(engine_message), what);
 }

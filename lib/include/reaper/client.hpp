@@ -29,16 +29,30 @@ struct EngineAddress {
 
 inline constexpr const char* default_engine_address = "unix:///var/run/docker.sock";
 
+// DOCKER_API_VERSION if set and non-empty, else "" (negotiate). Throws
+// std::invalid_argument when it is set but not an API version.
+std::string api_version_from_environment();
+// "1.44": digits, a dot, digits.
+bool is_api_version(std::string_view text);
+
 struct ClientOptions {
     EngineAddress address;
     // Receive/send timeout set on the socket for each request. Waits and event streams
     // have their own bounds.
     std::chrono::milliseconds request_timeout{30'000};
     std::chrono::milliseconds connect_timeout{5'000};
-    // The negotiated API version is min(engine's, max_api_version); an engine whose
-    // highest version is below min_api_version is refused.
+    // API versions, negotiated as the docker CLI and docker-py do: the highest version both
+    // sides speak, i.e. min(engine's ApiVersion, max_api_version), which is never below the
+    // engine's MinAPIVersion when the client can speak that. max_api_version is the newest
+    // version this client has been checked against (1.52: Docker 29; README, "Supported engines");
+    // min_api_version the oldest (1.40: Docker 19.03). No shared version, or an engine that
+    // refuses ours, throws UnsupportedVersion; the next call asks the engine again, since it
+    // may have been upgraded meanwhile.
     std::string min_api_version = "1.40";
-    std::string max_api_version = "1.43";
+    std::string max_api_version = "1.52";
+    // A version to use without negotiating ("" = negotiate), as DOCKER_API_VERSION does for
+    // the docker CLI. Outside the engine's range it throws UnsupportedVersion, naming both.
+    std::string pinned_api_version;
     // Idle kept-alive connections kept for reuse; more are closed after their request.
     std::size_t max_idle_connections = 4;
 };
@@ -49,7 +63,8 @@ std::string encode_filters(const Filters& filters);  // the JSON the engine want
 // Decodes one line of the engine's /events stream. Throws ProtocolError on anything that is
 // not a JSON object; missing fields are left empty.
 Event parse_event_line(const std::string& line);
-// Compares dotted versions numerically: <0, 0, >0.
+// Compares dotted versions numerically: <0, 0, >0. Terminates on any input: a component
+// that is not a number ends the version ("1.43-rc1" compares as 1.43, "x" as 0).
 int compare_api_versions(std::string_view a, std::string_view b);
 
 // The real Engine. Thread-safe: each call borrows a connection of its own (an idle kept-alive

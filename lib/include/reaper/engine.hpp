@@ -30,6 +30,7 @@ enum class EngineErrorKind {
     Timeout,       // no answer within the request timeout
     Protocol,      // the engine answered something we cannot parse
     Closed,        // the client was closed (or the call was cancelled)
+    Unsupported,   // client and engine share no API version (or the engine refused ours)
 };
 
 const char* to_string(EngineErrorKind kind);
@@ -63,6 +64,7 @@ REAPER_ENGINE_ERROR(Unreachable, Unreachable)
 REAPER_ENGINE_ERROR(Timeout, Timeout)
 REAPER_ENGINE_ERROR(ProtocolError, Protocol)
 REAPER_ENGINE_ERROR(ClientClosed, Closed)
+REAPER_ENGINE_ERROR(UnsupportedVersion, Unsupported)
 #undef REAPER_ENGINE_ERROR
 
 // Throws the typed subclass matching `kind`.
