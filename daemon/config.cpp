@@ -455,7 +455,8 @@ const std::vector<Section>& sections() {
     static const std::vector<Section> table{
         {"engine",
          {field<&C::engine, &EngineConfig::host>("host"),
-          field<&C::engine, &EngineConfig::request_timeout>("request_timeout")}},
+          field<&C::engine, &EngineConfig::request_timeout>("request_timeout"),
+          field<&C::engine, &EngineConfig::api_version>("api_version")}},
         {"control",
          {field<&C::control, &ControlConfig::socket>("socket"),
           field<&C::control, &ControlConfig::group>("group")}},
@@ -639,6 +640,9 @@ void validate(Parser& p, const Config& c) {
         check({"engine.host"}, error.empty(), "engine.host", error);
     }
     at_least("engine.request_timeout", c.engine.request_timeout, 100ms, "");
+    check({"engine.api_version"}, c.engine.api_version.empty() || reaper::is_api_version(c.engine.api_version),
+          "engine.api_version",
+          "expected an API version such as \"1.44\", or \"\" to negotiate; got " + quote(c.engine.api_version));
 
     check({"control.socket"}, absolute_path(c.control.socket) && c.control.socket.back() != '/',
           "control.socket",

@@ -22,6 +22,7 @@ inline constexpr Duration max_duration = std::chrono::hours{24 * 365};
 struct EngineConfig {
     std::string host;  // "" = $DOCKER_HOST, else unix:///var/run/docker.sock
     Duration request_timeout{std::chrono::seconds{30}};
+    std::string api_version;  // "" = $DOCKER_API_VERSION, else negotiate
 
     friend bool operator==(const EngineConfig&, const EngineConfig&) = default;
 };

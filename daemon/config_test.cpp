@@ -259,6 +259,8 @@ BOOST_AUTO_TEST_CASE(config_error_table) {
         {"engine:\n  host: ssh://host\n", "engine.host", 2, 9, "tcp://host:port"},
         {"engine:\n  host: tcp://localhost\n", "engine.host", 2, 9, "port"},
         {"engine:\n  host: unix://relative.sock\n", "engine.host", 2, 9, "absolute"},
+        {"engine:\n  api_version: latest\n", "engine.api_version", 2, 16, "such as \"1.44\""},
+        {"engine:\n  api_version: 1.44.0\n", "engine.api_version", 2, 16, "got \"1.44.0\""},
         {"metrics:\n  listen: 9324\n", "metrics.listen", 2, 11, "expected host:port such as 127.0.0.1:9324"},
         {"metrics:\n  listen: localhost:99999\n", "metrics.listen", 2, 11, "from 0 to 65535"},
         {"metrics:\n  listen: \":9324\"\n", "metrics.listen", 2, 11, "no host"},
@@ -374,13 +376,14 @@ BOOST_AUTO_TEST_CASE(format_config_round_trips) {
     BOOST_TEST((parse_config(format_config(Config{}), "defaults.yaml") == Config{}));
     Config c;
     c.engine.host = "tcp://[::1]:2375";
+    c.engine.api_version = "1.44";
     c.sessions.labels = {"x", "y.z"};
     c.sessions.lease_grace = 1500ms;
     c.logs.max_size_bytes = 0;
     c.logs.action = LogAction::remove;
     c.metrics.listen = "[::1]:9";
     BOOST_TEST((parse_config(format_config(c), "c.yaml") == c), format_config(c));
-    BOOST_TEST(config_keys().size() == 22u);
+    BOOST_TEST(config_keys().size() == 23u);
 }
 
 // ---- durations and sizes --------------------------------------------------------------------

@@ -321,7 +321,7 @@ void Daemon::apply_decisions(TimePoint now) {
 
 void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
     if (std::holds_alternative<watch::EngineUp>(event)) {
-        if (engine_state_ == EngineState::down) {
+        if (engine_state_ == EngineState::down || engine_state_ == EngineState::unsupported) {
             metrics_.engine_reconnect();
             log(Priority::notice, message_id::engine_back, "engine is back",
                 {{"ENGINE", options_.engine_address}});
@@ -329,6 +329,7 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
             for (auto& [id, pending] : registry_.pending) pending.next_attempt = now;
         }
         engine_state_ = EngineState::up;
+        engine_error_.clear();
         if (!ready_) {
             ready_ = true;
             publish_status();
@@ -343,6 +344,16 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
                 {{"ENGINE", options_.engine_address}, {"ERROR", down->error}});
         }
         engine_state_ = EngineState::down;
+        engine_error_ = down->error;
+    } else if (auto* unsupported = std::get_if<watch::EngineUnsupported>(&event)) {
+        // Not an outage: the engine answers, and waiting with backoff will not help unless
+        // it or reaperd's engine.api_version changes; say so at error level, once per reason.
+        log(Priority::err, message_id::engine_unsupported,
+            "engine API version not supported; nothing is reaped until it is (checking again with backoff)",
+            {{"ENGINE", options_.engine_address}, {"ERROR", unsupported->error}});
+        engine_state_ = EngineState::unsupported;
+        engine_error_ = unsupported->error;
+        publish_status();
     } else if (auto* appeared = std::get_if<watch::Appeared>(&event)) {
         container_appeared(*appeared, now);
     } else if (auto* gone = std::get_if<watch::Gone>(&event)) {
@@ -458,10 +469,10 @@ void Daemon::save_state_if_dirty() {
 }
 
 std::string Daemon::status_line() const {
-    const char* engine = engine_state_ == EngineState::up     ? "engine up"
-                         : engine_state_ == EngineState::down ? "engine down"
-                                                              : "waiting for the engine";
-    std::string line = std::string(engine) + "; " + plural(registry_.sessions.size(), "session") +
+    std::string engine = engine_state_ == EngineState::starting ? "waiting for the engine"
+                                                                : std::string("engine ") + engine_state_name(engine_state_);
+    if (engine_state_ == EngineState::unsupported) engine += " (" + engine_error_ + ")";
+    std::string line = engine + "; " + plural(registry_.sessions.size(), "session") +
                        ", " + plural(registry_.tracked_count(), "container") + ", " +
                        plural(registry_.pending.size(), "pending reap");
     if (config_.reaper.dry_run) line += " (dry run)";
@@ -484,9 +495,7 @@ void Daemon::reload(TimePoint now) {
                 log(Priority::warning, {},
                     std::string(key) + " changed; it takes effect when reaperd restarts", {});
         };
-        restart_needed(fresh.engine.host != config_.engine.host ||
-                           fresh.engine.request_timeout != config_.engine.request_timeout,
-                       "engine");
+        restart_needed(fresh.engine != config_.engine, "engine");
         restart_needed(fresh.control.socket != config_.control.socket ||
                            fresh.control.group != config_.control.group,
                        "control");
@@ -574,11 +583,20 @@ void Daemon::signal_thread() {
 
 // ---- rendering ---------------------------------------------------------------------------
 
+const char* Daemon::engine_state_name(EngineState state) {
+    switch (state) {
+        case EngineState::starting: return "starting";
+        case EngineState::up: return "up";
+        case EngineState::down: return "down";
+        case EngineState::unsupported: return "unsupported";
+    }
+    return "starting";
+}
+
 std::string Daemon::render_status(TimePoint now) const {
     Poco::JSON::Object root;
-    root.set("engine", engine_state_ == EngineState::up     ? "up"
-                       : engine_state_ == EngineState::down ? "down"
-                                                            : "starting");
+    root.set("engine", engine_state_name(engine_state_));
+    if (!engine_error_.empty()) root.set("engine_error", engine_error_);
     root.set("ready", ready_);
     root.set("dry_run", config_.reaper.dry_run);
     Poco::JSON::Array sessions;

@@ -4,7 +4,8 @@
 // policy (policy.hpp) what to do, and does it.
 //
 // status_json() returns this object (stable; reaperctl formats it):
-//   {"engine": "up"|"down"|"starting", "ready": bool, "dry_run": bool,
+//   {"engine": "up"|"down"|"starting"|"unsupported", "engine_error": "..." (down and
+//    unsupported only), "ready": bool, "dry_run": bool,
 //    "sessions": [{"id", "state": "leased"|"grace"|"ended"|"unclaimed", "leases": n,
 //                  "containers": n, "deadline": RFC 3339 or null, "deadline_in_ms": n or null,
 //                  "end_reason": "..." (ended only)}],
@@ -114,7 +115,11 @@ private:
     std::unique_ptr<LogCapper> capper_;
     std::unique_ptr<MetricsHttpServer> metrics_http_;
 
-    enum class EngineState { starting, up, down } engine_state_ = EngineState::starting;
+    // "unsupported": the engine answers but shares no API version with reaperd (pinned
+    // outside its range, or too old or too new); nothing is reaped until that changes.
+    enum class EngineState { starting, up, down, unsupported } engine_state_ = EngineState::starting;
+    static const char* engine_state_name(EngineState state);
+    std::string engine_error_;  // why the engine is down or unsupported
     bool ready_ = false;
     bool dirty_ = false;
     bool state_save_failing_ = false;

@@ -46,7 +46,7 @@ struct Running {
     std::thread thread;
     int exit_code = -1;
 
-    Running(Config config, FakeEngine& engine)
+    Running(Config config, FakeEngine& engine, bool wait_until_ready = true)
         : daemon(std::move(config), engine, [] {
               DaemonOptions o;
               o.handle_signals = false;
@@ -55,7 +55,7 @@ struct Running {
               return o;
           }()) {
         thread = std::thread([this] { exit_code = daemon.run(); });
-        BOOST_REQUIRE(wait([&] { return status()->getValue<bool>("ready"); }));
+        if (wait_until_ready) BOOST_REQUIRE(wait([&] { return status()->getValue<bool>("ready"); }));
     }
     ~Running() { stop(); }
     int stop() {
@@ -154,6 +154,20 @@ BOOST_AUTO_TEST_CASE(survives_the_engine_going_away_and_reaps_when_it_is_back) {
     BOOST_TEST(Running::wait([&] { return r.status()->getValue<std::string>("engine") == "up"; }));
     BOOST_TEST(r.counter("engine_reconnects") == 1u);
     BOOST_TEST(r.counter("reaps_done") == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(an_unsupported_engine_is_its_own_state_and_blocks_readiness_until_it_changes) {
+    TempDir dir;
+    FakeEngine engine;
+    const reaperd::test::Fault refused{reaper::EngineErrorKind::Unsupported, 200, ""};
+    engine.fail("events", "", std::vector<reaperd::test::Fault>(40, refused));
+    Running r(fast_config(dir.path), engine, false);
+    BOOST_TEST(Running::wait([&] { return r.status()->getValue<std::string>("engine") == "unsupported"; }));
+    BOOST_TEST(!r.status()->getValue<bool>("ready"));
+    BOOST_TEST(r.status()->getValue<std::string>("engine_error").find("injected") != std::string::npos);
+    BOOST_TEST(Running::wait([&] { return r.status()->getValue<std::string>("engine") == "up"; }));
+    BOOST_TEST(r.status()->getValue<bool>("ready"));
+    BOOST_TEST(!r.status()->has("engine_error"));
 }
 
 BOOST_AUTO_TEST_CASE(a_broken_event_stream_is_reconciled_by_a_relist) {

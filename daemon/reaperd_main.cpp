@@ -32,7 +32,8 @@ const char* usage_text =
     "  --help            print this\n"
     "\n"
     "Runs in the foreground. SIGHUP re-reads the config; SIGTERM stops after removals in\n"
-    "flight. The engine is engine.host, else $DOCKER_HOST, else unix:///var/run/docker.sock.\n";
+    "flight. The engine is engine.host, else $DOCKER_HOST, else unix:///var/run/docker.sock;\n"
+    "its API version is negotiated unless engine.api_version or $DOCKER_API_VERSION pins it.\n";
 
 void print_problems(const reaperd::ConfigError& e) {
     for (const auto& p : e.problems()) std::fprintf(stderr, "%s\n", p.to_string().c_str());
@@ -80,14 +81,25 @@ int main(int argc, char** argv) {
         return 0;
     }
 
-    // A peer that hangs up must cost an EPIPE on that socket, never the process.
-    std::signal(SIGPIPE, SIG_IGN);
+    // The engine's address and API version may come from the environment (DOCKER_HOST,
+    // DOCKER_API_VERSION), which is configuration too: a bad value exits 78, named.
+    reaper::ClientOptions client_options;
     try {
-        reaper::ClientOptions client_options;
         client_options.address = config.engine.host.empty()
                                      ? reaper::EngineAddress::from_environment()
                                      : reaper::EngineAddress::parse(config.engine.host);
-        client_options.request_timeout = config.engine.request_timeout;
+        client_options.pinned_api_version = config.engine.api_version.empty()
+                                                ? reaper::api_version_from_environment()
+                                                : config.engine.api_version;
+    } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "reaperd: %s\n", e.what());
+        return exit_config;
+    }
+    client_options.request_timeout = config.engine.request_timeout;
+
+    // A peer that hangs up must cost an EPIPE on that socket, never the process.
+    std::signal(SIGPIPE, SIG_IGN);
+    try {
         reaper::Client client(client_options);
         reaperd::DaemonOptions options;
         options.config_path = config_path;

@@ -43,7 +43,8 @@ bool Watcher::sleep_for(std::chrono::milliseconds delay) {
 void Watcher::run() {
     std::minstd_rand random{std::random_device{}()};
     std::uniform_real_distribution<double> jitter(0.0, 1.0);
-    enum class Engine { unknown, up, down } engine_state = Engine::unknown;
+    enum class Engine { unknown, up, down, unsupported } engine_state = Engine::unknown;
+    std::string unsupported_error;
     unsigned failures = 0;
     for (;;) {
         WatcherOptions options;
@@ -107,7 +108,15 @@ void Watcher::run() {
                 std::lock_guard lock(mutex_);
                 if (stopping_) return;
             }
-            if (engine_state != Engine::down) {
+            if (dynamic_cast<const reaper::UnsupportedVersion*>(&e)) {
+                // Reported again when the reason changed (the engine was replaced by another
+                // version that we still cannot speak).
+                if (engine_state != Engine::unsupported || unsupported_error != e.what()) {
+                    engine_state = Engine::unsupported;
+                    unsupported_error = e.what();
+                    sink_(watch::EngineUnsupported{e.what()});
+                }
+            } else if (engine_state != Engine::down) {
                 engine_state = Engine::down;
                 sink_(watch::EngineDown{e.what()});
             }

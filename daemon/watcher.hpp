@@ -2,7 +2,9 @@
 // container events, and starts over (re-list, reconcile) after any stream drop, engine
 // restart, or when asked to resync. Events alone are never trusted for completeness: the
 // engine replays only its last 256. It never gives up while the engine is down; it reports
-// what it sees to a sink (the main loop's queue) and decides nothing.
+// what it sees to a sink (the main loop's queue) and decides nothing. An engine outside the
+// client's API versions is reported as such (not as down), and asked again with the same
+// backoff: it may be upgraded or downgraded while reaperd runs.
 #pragma once
 
 #include <reaper/engine.hpp>
@@ -24,6 +26,9 @@ struct EngineUp {};                 // a list succeeded after start-up or a loss
 struct EngineDown {                 // the engine stopped answering or the stream broke
     std::string error;
 };
+struct EngineUnsupported {          // the engine answers, but shares no API version with us
+    std::string error;
+};
 struct Appeared {                   // a container not seen before, or just started (inspect info)
     reaper::ContainerInfo info;
     std::string docker_root_dir;    // the engine's data root, "" if it would not say
@@ -36,7 +41,8 @@ struct Listed {                     // a full list finished: exactly these ids e
 };
 }  // namespace watch
 using WatchEvent =
-    std::variant<watch::EngineUp, watch::EngineDown, watch::Appeared, watch::Gone, watch::Listed>;
+    std::variant<watch::EngineUp, watch::EngineDown, watch::EngineUnsupported, watch::Appeared, watch::Gone,
+                 watch::Listed>;
 
 struct WatcherOptions {
     std::chrono::milliseconds retry_initial{1000};

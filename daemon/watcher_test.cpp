@@ -108,6 +108,22 @@ BOOST_AUTO_TEST_CASE(engine_down_is_reported_once_and_retried_until_back) {
     watcher.stop();
 }
 
+// An engine outside the client's API versions answers: it is not down. Reported once per
+// reason, retried with the same backoff, and up once the engine speaks our version again.
+BOOST_AUTO_TEST_CASE(an_unsupported_engine_is_reported_as_such_not_as_down) {
+    FakeEngine engine;
+    const reaperd::test::Fault pinned_too_old{reaper::EngineErrorKind::Unsupported, 200, ""};
+    engine.fail("events", "", {pinned_too_old, pinned_too_old, pinned_too_old});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    BOOST_TEST(engine.calls("events") >= 4);
+    BOOST_TEST(rec.count<watch::EngineUnsupported>() == 1u);
+    BOOST_TEST(rec.count<watch::EngineDown>() == 0u);
+    watcher.stop();
+}
+
 BOOST_AUTO_TEST_CASE(resync_relists_and_reports_what_vanished_silently) {
     FakeEngine engine;
     engine.add("a", {});
