@@ -4,8 +4,9 @@
 //   fault_proxy --listen PATH --upstream PATH --mode-file PATH --stats FILE --seed N
 //
 // Requests and responses are framed by Poco (HTTPServer on the listening side, one
-// HTTPClientSession per request to the engine). Which faults apply, and how often, is read
-// from the mode file whenever it changes: lines "KEY PROBABILITY" (0..1), missing keys 0:
+// HTTPClientSession per request to the engine: tests/support/http_forward.hpp). Which faults
+// apply, and how often, is read from the mode file whenever it changes: lines
+// "KEY PROBABILITY" (0..1), missing keys 0:
 //   delete_409   a DELETE answered 409 {"message":...} without reaching the engine
 //   delete_500   a DELETE answered 500
 //   error_500    any other request (not /events) answered 500
@@ -17,9 +18,9 @@
 // Every fault injected is logged to stderr and counted in the stats file ("KEY COUNT" lines,
 // rewritten each second). Draws come from one generator seeded by --seed, so a run's fault
 // pattern follows from its seed and its request order.
+#include "http_forward.hpp"
+
 #include <Poco/JSON/Object.h>
-#include <Poco/Net/HTTPClientSession.h>
-#include <Poco/Net/HTTPRequest.h>
 #include <Poco/Net/HTTPRequestHandler.h>
 #include <Poco/Net/HTTPRequestHandlerFactory.h>
 #include <Poco/Net/HTTPResponse.h>
@@ -44,6 +45,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -59,6 +61,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using Poco::Net::HTTPResponse;
+namespace http_forward = reaper::test::http_forward;
 
 std::atomic<bool> stopping{false};
 
@@ -149,11 +152,10 @@ private:
 };
 
 // True once the peer closed its side (or the socket failed); false after `limit`, or when
-// `done` becomes true, or when the proxy is stopping.
-bool wait_peer_gone(Poco::Net::StreamSocket& socket, std::chrono::milliseconds limit,
-                    const std::atomic<bool>* done = nullptr) {
+// the proxy is stopping.
+bool wait_peer_gone(Poco::Net::StreamSocket& socket, std::chrono::milliseconds limit) {
     auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline && !stopping && !(done && *done)) {
+    while (std::chrono::steady_clock::now() < deadline && !stopping) {
         pollfd p{socket.impl()->sockfd(), POLLIN | POLLRDHUP, 0};
         int n = ::poll(&p, 1, 100);
         if (n < 0) continue;
@@ -164,13 +166,6 @@ bool wait_peer_gone(Poco::Net::StreamSocket& socket, std::chrono::milliseconds l
         // A pipelined request waits for our answer: nothing to do until the peer goes.
         std::this_thread::sleep_for(100ms);
     }
-    return false;
-}
-
-bool is_hop_by_hop(const std::string& name) {
-    for (const char* h : {"Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length",
-                          "Host", "Proxy-Connection", "TE", "Trailer", "Upgrade"})
-        if (Poco::icompare(name, h) == 0) return true;
     return false;
 }
 
@@ -188,8 +183,7 @@ public:
     void handleRequest(Poco::Net::HTTPServerRequest& request,
                        Poco::Net::HTTPServerResponse& response) override {
         auto& client = static_cast<Poco::Net::HTTPServerRequestImpl&>(request).socket();
-        std::string body;
-        Poco::StreamCopier::copyToString(request.stream(), body);
+        std::string body = http_forward::read_body(request);
         const std::string what = request.getMethod() + " " + request.getURI();
         const bool events = request.getURI().find("/events") != std::string::npos;
         const bool remove = request.getMethod() == Poco::Net::HTTPRequest::HTTP_DELETE;
@@ -259,9 +253,9 @@ private:
     void forward(Poco::Net::HTTPServerRequest& request, Poco::Net::HTTPServerResponse& response,
                  Poco::Net::StreamSocket& client, const std::string& body, bool events,
                  bool cut_body, const std::string& what) {
-        Poco::Net::StreamSocket upstream;
+        std::optional<http_forward::Exchange> exchange;
         try {
-            upstream.connect(Poco::Net::SocketAddress(s_.upstream), Poco::Timespan(5, 0));
+            exchange.emplace(s_.upstream);
         } catch (const Poco::Exception& e) {
             // The engine is down: the client sees its connection break, as with no proxy.
             std::cerr << timestamp() << " upstream unreachable (" << e.displayText()
@@ -270,20 +264,10 @@ private:
             client.shutdown();
             return;
         }
-        if (!events) upstream.setReceiveTimeout(Poco::Timespan(300, 0));
-        Poco::Net::HTTPClientSession session(upstream);
-        session.setKeepAlive(false);
-        Poco::Net::HTTPRequest out(request.getMethod(), request.getURI(),
-                                   Poco::Net::HTTPMessage::HTTP_1_1);
-        for (const auto& [name, value] : request)
-            if (!is_hop_by_hop(name)) out.set(name, value);
-        out.setHost("engine");
-        out.setContentLength(static_cast<std::streamsize>(body.size()));
-        HTTPResponse in;
+        if (!events) exchange->socket().setReceiveTimeout(Poco::Timespan(300, 0));
         std::istream* from = nullptr;
         try {
-            session.sendRequest(out) << body;
-            from = &session.receiveResponse(in);
+            from = &exchange->send(request, request.getURI(), body);
         } catch (const Poco::Exception& e) {
             std::cerr << timestamp() << " upstream failed (" << e.displayText() << "): " << what
                       << std::endl;
@@ -291,13 +275,10 @@ private:
             client.shutdown();
             return;
         }
-        response.setStatus(in.getStatus());
-        response.setReason(in.getReason());
-        for (const auto& [name, value] : in)
-            if (!is_hop_by_hop(name)) response.set(name, value);
+        exchange->copy_head(response);
 
-        if (events && in.getStatus() == HTTPResponse::HTTP_OK) {
-            relay_events(*from, response, client, upstream, what);
+        if (events && exchange->response().getStatus() == HTTPResponse::HTTP_OK) {
+            relay_events(*from, response, client, exchange->socket(), what);
             return;
         }
         std::string reply;
@@ -323,13 +304,11 @@ private:
     }
 
     // Copies the stream line by line, flushing each (the engine sends one event per line);
-    // a watcher ends it when the client goes away, which a blocked read would not notice.
+    // a watch ends it when the client goes away, which a blocked read would not notice.
     void relay_events(std::istream& from, Poco::Net::HTTPServerResponse& response,
                       Poco::Net::StreamSocket& client, Poco::Net::StreamSocket& upstream,
                       const std::string& what) {
-        std::atomic<bool> done{false};
-        std::thread watcher([&] {
-            wait_peer_gone(client, std::chrono::hours(24), &done);
+        http_forward::HangupWatch watch(client, [&] {
             try {
                 upstream.shutdown();
             } catch (const Poco::Exception&) {
@@ -364,8 +343,6 @@ private:
         } catch (const Poco::Exception&) {
             // Either side went away: the stream is over.
         }
-        done = true;
-        watcher.join();
         try {
             client.shutdown();
         } catch (const Poco::Exception&) {

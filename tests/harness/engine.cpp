@@ -5,12 +5,22 @@
 #include <Poco/Process.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
+#include <thread>
+#include <vector>
+
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 
@@ -77,6 +87,91 @@ void PrivateEngine::start() {
 PrivateEngine& engine() {
     static PrivateEngine instance;
     return instance;
+}
+
+EngineFront::EngineFront(EngineProfile profile) : profile_(std::move(profile)) {
+    char pattern[] = "/tmp/reaper-front.XXXXXX";
+    if (!::mkdtemp(pattern)) throw std::runtime_error("mkdtemp failed for the engine front");
+    dir_ = pattern;
+    const std::string log = dir_ + "/front.log";
+    std::vector<std::string> args{ENGINE_FRONT_PATH,
+                                  "--listen", socket_path(),
+                                  "--upstream", engine().socket_path(),
+                                  "--min-api", profile_.min_api_version,
+                                  "--max-api", profile_.max_api_version,
+                                  "--engine-version", profile_.engine_version};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    pid_t pid = -1;
+    int rc = ::posix_spawn(&pid, ENGINE_FRONT_PATH, &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+        fs::remove_all(dir_);
+        throw std::runtime_error(std::string("spawning engine_front: ") + std::strerror(rc));
+    }
+    pid_ = pid;
+
+    // Up in a few ms; the limit is for a loaded 2-core machine.
+    ClientOptions options = client_options();
+    options.request_timeout = std::chrono::seconds{1};
+    Client probe(options);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+    for (;;) {
+        try {
+            probe.ping();
+            return;
+        } catch (const EngineError&) {
+            // Not listening yet.
+        }
+        bool exited = ::waitpid(pid_, nullptr, WNOHANG) == pid_;
+        if (exited) pid_ = -1;
+        if (exited || std::chrono::steady_clock::now() > deadline) {
+            std::string why = log_text();
+            stop();
+            throw std::runtime_error("engine_front for " + profile_.name +
+                                     (exited ? " exited" : " did not answer /_ping") +
+                                     "; its log:\n" + why);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds{10});
+    }
+}
+
+EngineFront::~EngineFront() { stop(); }
+
+void EngineFront::stop() noexcept {
+    if (pid_ > 0) {
+        ::kill(pid_, SIGTERM);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+        while (::waitpid(pid_, nullptr, WNOHANG) == 0) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                ::kill(pid_, SIGKILL);
+                ::waitpid(pid_, nullptr, 0);
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds{5});
+        }
+        pid_ = -1;
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+}
+
+ClientOptions EngineFront::client_options() const {
+    ClientOptions options = engine().client_options();
+    options.address = EngineAddress::parse(address());
+    return options;
+}
+
+std::string EngineFront::log_text() const {
+    std::ifstream in(dir_ + "/front.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 void import_busybox_image(Engine& client, const std::string& reference) {

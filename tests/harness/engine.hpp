@@ -42,6 +42,42 @@ private:
 // The test process's engine, started on first use and stopped at exit.
 PrivateEngine& engine();
 
+// A Docker release as the Engine API shows it: its version and the API versions it accepts.
+struct EngineProfile {
+    std::string name;             // for messages: "Docker 29.0"
+    std::string min_api_version;  // "1.44"
+    std::string max_api_version;  // "1.52"
+    std::string engine_version;   // "29.0.0"
+};
+
+// The test process's engine presented as another Docker release: an engine_front
+// (tests/harness/engine_front.cpp) child process in its own temp dir, in front of
+// engine().socket_path(). It answers version checks, /version and /_ping as that release
+// would and forwards everything else, unversioned, to the private engine. The constructor
+// returns once /_ping answers through it; the destructor stops it by its pid (SIGTERM, then
+// SIGKILL) and removes the dir. It also ends when the test process dies.
+class EngineFront {
+public:
+    explicit EngineFront(EngineProfile profile);
+    ~EngineFront();
+    EngineFront(const EngineFront&) = delete;
+    EngineFront& operator=(const EngineFront&) = delete;
+
+    const EngineProfile& profile() const { return profile_; }
+    std::string socket_path() const { return dir_ + "/docker.sock"; }
+    std::string address() const { return "unix://" + socket_path(); }
+    ClientOptions client_options() const;
+    // What the front wrote (its start line, anything it failed on).
+    std::string log_text() const;
+
+private:
+    void stop() noexcept;
+
+    EngineProfile profile_;
+    std::string dir_;
+    int pid_ = -1;
+};
+
 // Imports the busybox test image into the engine behind `client`.
 void import_busybox_image(Engine& client, const std::string& reference);
 

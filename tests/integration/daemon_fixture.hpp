@@ -66,7 +66,11 @@ inline std::size_t fd_count(pid_t pid) {
 class Reaperd {
 public:
     // `extra_yaml` is appended to the config (whole sections, e.g. "sessions:\n  ...").
-    explicit Reaperd(std::string sessions_yaml = "", std::string reaper_yaml = "") {
+    // `engine_address` is engine.host; "" is the test process's private engine.
+    explicit Reaperd(std::string sessions_yaml = "", std::string reaper_yaml = "",
+                     std::string engine_address = "")
+        : engine_address_(engine_address.empty() ? reaper::test::engine().address()
+                                                 : std::move(engine_address)) {
         char pattern[] = "/tmp/reaperd-itest.XXXXXX";
         dir = ::mkdtemp(pattern);
         socket = dir + "/control.sock";
@@ -88,7 +92,7 @@ public:
             return yaml.find(key) == std::string::npos ? line : std::string();
         };
         std::ofstream out(dir + "/reaperd.yaml");
-        out << "engine:\n  host: " << reaper::test::engine().address() << "\n"
+        out << "engine:\n  host: " << engine_address_ << "\n"
             << "control:\n  socket: " << socket << "\n"
             << "state:\n  dir: " << dir << "/state\n"
             << "sessions:\n"
@@ -112,14 +116,16 @@ public:
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
-        // No NOTIFY_SOCKET or JOURNAL_STREAM from the test's own environment.
+        // No NOTIFY_SOCKET, JOURNAL_STREAM or DOCKER_API_VERSION from the test's own
+        // environment; `environment` adds what the test means to set.
         std::vector<std::string> env;
         for (char** e = environ; *e; ++e) {
             std::string entry = *e;
             if (entry.rfind("NOTIFY_SOCKET=", 0) && entry.rfind("JOURNAL_STREAM=", 0) &&
-                entry.rfind("WATCHDOG_", 0))
+                entry.rfind("WATCHDOG_", 0) && entry.rfind("DOCKER_API_VERSION=", 0))
                 env.push_back(entry);
         }
+        env.insert(env.end(), environment.begin(), environment.end());
         std::vector<char*> envp;
         for (auto& e : env) envp.push_back(e.data());
         envp.push_back(nullptr);
@@ -217,8 +223,10 @@ public:
 
     std::string dir;
     std::string socket;
+    std::vector<std::string> environment;  // "KEY=value" entries for reaperd's environment
 
 private:
+    std::string engine_address_;
     pid_t pid_ = -1;
 };
 
