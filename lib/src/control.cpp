@@ -12,9 +12,14 @@
 #include <Poco/Timespan.h>
 
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -24,6 +29,8 @@
 #include <initializer_list>
 #include <mutex>
 #include <sstream>
+#include <system_error>
+#include <thread>
 
 namespace reaper::control {
 
@@ -210,6 +217,15 @@ private:
     }
 };
 
+// A LeaseKeeper was stopped while its attempt waited for the daemon's reply.
+struct AttemptCancelled {};
+
+// How long a cancelled attempt still waits for a reply. The daemon records a lease before it
+// writes the reply, so an owner stopping just then (reaperctl hold whose stdin closed) would
+// otherwise never hear of a lease the daemon granted; a reply on its way takes microseconds,
+// and a silent daemon costs stop() no more than this.
+constexpr std::chrono::milliseconds cancel_grace{50};
+
 class Connection {
 public:
     Connection(const std::string& path, std::chrono::milliseconds timeout)
@@ -245,13 +261,15 @@ public:
         }
     }
 
-    // Reads exactly one reply line; the daemon sends nothing after it unprompted.
-    std::string receive_line() {
+    // Reads exactly one reply line; the daemon sends nothing after it unprompted. Throws
+    // AttemptCancelled when `cancel_fd` (when not -1) becomes readable and the reply is not
+    // in within cancel_grace.
+    std::string receive_line(int cancel_fd) {
         std::string line;
         std::array<char, 4096> buffer;
         try {
             for (;;) {
-                socket_.setReceiveTimeout(remaining());
+                wait_readable(cancel_fd);
                 const int n = socket_.receiveBytes(buffer.data(), static_cast<int>(buffer.size()));
                 if (n <= 0) {
                     throw DaemonUnreachable(failure(
@@ -267,24 +285,24 @@ public:
                 }
                 if (end != std::string_view::npos) return line;
             }
-        } catch (const Poco::TimeoutException&) {
-            throw DaemonUnreachable(failure("timed out waiting for the reply"));
         } catch (const Poco::Exception& e) {
             throw DaemonUnreachable(failure(poco_error_text(e)));
         }
     }
 
-    Reply exchange(const Request& request) {
+    // One request, one reply. A request line is far smaller than a socket buffer, so only
+    // the wait for the reply can block, and only that wait watches `cancel_fd`.
+    Reply exchange(const Request& request, int cancel_fd = -1) {
         std::string line;
         try {
             send(encode_request(request));
-            line = receive_line();
+            line = receive_line(cancel_fd);
         } catch (const DaemonUnreachable&) {
             // A daemon that refuses a connection (too many connections) answers and closes
             // before the request is written; its reply says more than "broken pipe".
             std::string early;
             try {
-                early = receive_line();
+                early = receive_line(cancel_fd);
             } catch (const ControlError&) {
                 // Nothing readable either: the send failure is the better message.
             }
@@ -305,6 +323,29 @@ public:
     Poco::Net::StreamSocket socket() const { return socket_; }
 
 private:
+    // Waits until the socket is readable or the deadline passes (DaemonUnreachable). Once
+    // `cancel_fd` becomes readable, the wait goes on for cancel_grace at most, then throws
+    // AttemptCancelled. poll() skips a cancel_fd of -1.
+    void wait_readable(int cancel_fd) {
+        for (;;) {
+            const auto left =
+                std::chrono::ceil<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+            if (left <= 0) {
+                if (cancelled_) throw AttemptCancelled{};
+                throw DaemonUnreachable(failure("timed out waiting for the reply"));
+            }
+            std::array<pollfd, 2> fds{{{socket_.impl()->sockfd(), POLLIN, 0},
+                                       {cancelled_ ? -1 : cancel_fd, POLLIN, 0}}};
+            const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(left));
+            if (ready < 0 && errno != EINTR) throw DaemonUnreachable(failure("poll: " + errno_text(errno)));
+            if (fds[0].revents != 0) return;
+            if (fds[1].revents != 0) {
+                cancelled_ = true;
+                deadline_ = std::min(deadline_, Clock::now() + cancel_grace);
+            }
+        }
+    }
+
     Poco::Timespan remaining() const {
         const auto left =
             std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - Clock::now());
@@ -318,6 +359,7 @@ private:
 
     std::string path_;
     Clock::time_point deadline_;
+    bool cancelled_ = false;  // cancel_fd fired: only cancel_grace is left
     Poco::Net::StreamSocket socket_;
 };
 
@@ -362,6 +404,50 @@ private:
     mutable std::mutex mutex_;
     Poco::Net::StreamSocket socket_;
     bool released_ = false;
+};
+
+// Takes a lease on one new connection; the wait for the reply ends early (AttemptCancelled)
+// when `cancel_fd` becomes readable (after cancel_grace at most).
+std::unique_ptr<Lease> take_lease(const std::string& path, std::chrono::milliseconds timeout,
+                                  const std::string& session, int cancel_fd) {
+    const Request request{Op::Lease, session, {}};
+    encode_request(request);  // an invalid session id fails before connecting
+    Connection connection(path, timeout);
+    connection.exchange(request, cancel_fd);
+    return std::make_unique<SocketLease>(connection.socket());
+}
+
+// A descriptor closed by its destructor.
+class UniqueFd {
+public:
+    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+    ~UniqueFd() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    UniqueFd(const UniqueFd&) = delete;
+    UniqueFd& operator=(const UniqueFd&) = delete;
+    int get() const noexcept { return fd_; }
+
+private:
+    int fd_;
+};
+
+// Blocks every signal on the calling thread while it lives: a thread started meanwhile
+// inherits the full mask from its first instruction, with no window in which it could take
+// a signal meant for the application.
+class AllSignalsBlocked {
+public:
+    AllSignalsBlocked() {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &previous_);
+    }
+    ~AllSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+    AllSignalsBlocked(const AllSignalsBlocked&) = delete;
+    AllSignalsBlocked& operator=(const AllSignalsBlocked&) = delete;
+
+private:
+    sigset_t previous_;
 };
 
 }  // namespace
@@ -501,11 +587,7 @@ ControlClient::ControlClient(std::string socket_path, std::chrono::milliseconds 
     : socket_path_(std::move(socket_path)), timeout_(timeout) {}
 
 std::unique_ptr<Lease> ControlClient::lease(const std::string& session) {
-    Request request{Op::Lease, session, {}};
-    encode_request(request);
-    Connection connection(socket_path_, timeout_);
-    connection.exchange(request);
-    return std::make_unique<SocketLease>(connection.socket());
+    return take_lease(socket_path_, timeout_, session, -1);
 }
 
 void ControlClient::end(const std::string& session) {
@@ -530,6 +612,163 @@ std::string ControlClient::status_json() {
 
 std::string ControlClient::metrics_text() {
     return Connection(socket_path_, timeout_).exchange(Request{Op::Metrics, {}, {}}).metrics;
+}
+
+// ---- LeaseKeeper ----------------------------------------------------------------------------
+
+const char* to_string(LeaseEvent event) {
+    switch (event) {
+        case LeaseEvent::Lost: return "lost";
+        case LeaseEvent::Failing: return "failing";
+        case LeaseEvent::Taken: return "taken";
+    }
+    return "unknown";
+}
+
+// The keeper's thread and what it shares with the owner. lease_ is written only under
+// mutex_ (by start() before the thread exists, then by the thread, then by stop() after the
+// join); the thread reads it without the lock since no one else writes it meanwhile.
+class LeaseKeeper::Worker {
+public:
+    Worker(const ControlClient& client, const std::string& session, const LeaseKeeperOptions& options)
+        : path_(client.socket_path()),
+          timeout_(client.timeout()),
+          session_(session),
+          options_(options),
+          wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+        if (wake_.get() < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+    }
+    ~Worker() { stop(); }
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+
+    std::exception_ptr start() {
+        std::exception_ptr failure;
+        try {
+            auto lease = take_lease(path_, timeout_, session_, -1);
+            std::lock_guard lock(mutex_);
+            lease_ = std::move(lease);
+        } catch (const ControlError&) {
+            failure = std::current_exception();
+        }
+        AllSignalsBlocked blocked;
+        // The caller has the first failure; further failures of that run are not news.
+        thread_ = std::thread([this, failing = failure != nullptr] { run(failing); });
+        return failure;
+    }
+
+    bool holds() const {
+        std::lock_guard lock(mutex_);
+        return lease_ && lease_->alive();
+    }
+
+    void stop() noexcept {
+        if (thread_.joinable()) {
+            // The counter stays non-zero, so every later wait of the thread ends at once.
+            ::eventfd_write(wake_.get(), 1);
+            thread_.join();
+        }
+        std::lock_guard lock(mutex_);
+        lease_.reset();
+    }
+
+private:
+    using Clock = std::chrono::steady_clock;
+
+    void run(bool failing) noexcept {
+        // A name to find the thread by in `top -H`, gdb and the tests (15 characters at most).
+        pthread_setname_np(pthread_self(), "reaper-lease");
+        auto retry = options_.first_retry;
+        auto next_attempt = Clock::now() + retry;
+        for (;;) {
+            if (lease_) {
+                if (!wait_for_loss()) return;
+                {
+                    std::lock_guard lock(mutex_);
+                    lease_.reset();
+                }
+                notify(LeaseEvent::Lost, nullptr);
+                failing = false;
+                retry = options_.first_retry;
+                next_attempt = Clock::now() + retry;
+                continue;
+            }
+            if (!sleep_until(next_attempt)) return;
+            try {
+                auto lease = take_lease(path_, timeout_, session_, wake_.get());
+                {
+                    std::lock_guard lock(mutex_);
+                    lease_ = std::move(lease);
+                }
+                notify(LeaseEvent::Taken, nullptr);
+            } catch (const AttemptCancelled&) {
+                return;
+            } catch (...) {
+                if (!failing) notify(LeaseEvent::Failing, std::current_exception());
+                failing = true;
+                retry = std::min(retry * 2, options_.max_retry);
+                next_attempt = Clock::now() + retry;
+            }
+        }
+    }
+
+    // Waits until the lease's connection closes (true) or stop() is called (false).
+    bool wait_for_loss() const {
+        for (;;) {
+            std::array<pollfd, 2> fds{{{lease_->native_handle(), POLLIN, 0}, {wake_.get(), POLLIN, 0}}};
+            if (::poll(fds.data(), fds.size(), -1) < 0) continue;  // EINTR
+            if (fds[1].revents != 0) return false;
+            if (fds[0].revents != 0 && !lease_->alive()) return true;
+        }
+    }
+
+    // Sleeps until `when` (true) or until stop() is called (false).
+    bool sleep_until(Clock::time_point when) const {
+        for (;;) {
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(when - Clock::now()).count();
+            pollfd wake{wake_.get(), POLLIN, 0};
+            const int ready = ::poll(&wake, 1, static_cast<int>(std::max<long long>(0, left)));
+            if (ready > 0) return false;
+            if (ready == 0 && Clock::now() >= when) return true;
+        }
+    }
+
+    void notify(LeaseEvent event, const std::exception_ptr& error) const noexcept {
+        if (!options_.observer) return;
+        try {
+            options_.observer(event, error);
+        } catch (...) {
+            // A failing observer must not end the keeping of the lease.
+        }
+    }
+
+    const std::string path_;
+    const std::chrono::milliseconds timeout_;
+    const std::string session_;
+    const LeaseKeeperOptions options_;
+    UniqueFd wake_;  // written once by stop(); the thread polls it in every wait
+    mutable std::mutex mutex_;
+    std::unique_ptr<Lease> lease_;
+    std::thread thread_;
+};
+
+LeaseKeeper::LeaseKeeper(ControlClient client, std::string session, LeaseKeeperOptions options)
+    : client_(std::move(client)), session_(std::move(session)), options_(std::move(options)) {
+    validate_session_id(session_);
+}
+
+LeaseKeeper::~LeaseKeeper() { stop(); }
+
+std::exception_ptr LeaseKeeper::start() {
+    if (worker_) throw std::logic_error("the lease keeper for " + session_ + " was already started");
+    worker_ = std::make_unique<Worker>(client_, session_, options_);
+    return worker_->start();
+}
+
+bool LeaseKeeper::holds() const { return worker_ && worker_->holds(); }
+
+void LeaseKeeper::stop() noexcept {
+    if (worker_) worker_->stop();
 }
 
 }  // namespace reaper::control

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -13,7 +14,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,15 +34,25 @@ struct BadRequest {
     std::string expected_fragment;  // the error must name the problem
 };
 
-// A minimal scripted peer for the client: accepts connections on a temp socket and answers
-// each request line with what `respond` returns ("" = close without a reply).
+using Clock = std::chrono::steady_clock;
+
+std::string make_temp_dir() {
+    char dir_template[] = "/tmp/reaper-control-test.XXXXXX";
+    return ::mkdtemp(dir_template);
+}
+
+// A minimal scripted peer for the client: accepts connections on a socket (in a temp dir of
+// its own, or on `path`) and answers each request line with what `respond` returns ("" = keep
+// the connection open without a reply). Destroying it closes every connection.
 class ScriptedDaemon {
 public:
-    explicit ScriptedDaemon(std::function<std::string(const std::string&)> respond)
+    explicit ScriptedDaemon(std::function<std::string(const std::string&)> respond, std::string path = "")
         : respond_(std::move(respond)) {
-        char dir_template[] = "/tmp/reaper-control-test.XXXXXX";
-        dir_ = ::mkdtemp(dir_template);
-        path_ = dir_ + "/control.sock";
+        if (path.empty()) {
+            dir_ = make_temp_dir();
+            path = dir_ + "/control.sock";
+        }
+        path_ = std::move(path);
         listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_un address{};
         address.sun_family = AF_UNIX;
@@ -51,12 +67,18 @@ public:
         thread_.join();
         ::close(listener_);
         for (int fd : held_) ::close(fd);
-        std::filesystem::remove_all(dir_);
+        ::unlink(path_.c_str());
+        if (!dir_.empty()) std::filesystem::remove_all(dir_);
     }
     const std::string& path() const { return path_; }
     std::vector<std::string> requests() {
         std::lock_guard lock(mutex_);
         return requests_;
+    }
+    // When each request line arrived.
+    std::vector<Clock::time_point> request_times() {
+        std::lock_guard lock(mutex_);
+        return request_times_;
     }
     // Closes every connection kept open (leases).
     void drop_all() {
@@ -76,6 +98,7 @@ private:
             const auto reply = respond_(line);
             std::lock_guard lock(mutex_);
             requests_.push_back(line);
+            request_times_.push_back(Clock::now());
             held_.push_back(fd);
             if (!reply.empty()) ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
         }
@@ -89,6 +112,7 @@ private:
     std::thread thread_;
     std::mutex mutex_;
     std::vector<std::string> requests_;
+    std::vector<Clock::time_point> request_times_;
     std::vector<int> held_;
 };
 
@@ -349,6 +373,247 @@ BOOST_AUTO_TEST_CASE(lease_lives_until_released_or_dropped) {
 
     ScriptedDaemon refusing([](const std::string&) { return control::encode_error("nope"); });
     BOOST_CHECK_THROW(control::ControlClient(refusing.path()).lease("s"), control::ErrorReply);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- LeaseKeeper ----------------------------------------------------------------------------
+namespace {
+
+std::string ok_reply(const std::string&) { return control::encode_ok(); }
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
+    const auto deadline = Clock::now() + limit;
+    while (!pred()) {
+        if (Clock::now() > deadline) return false;
+        std::this_thread::sleep_for(2ms);
+    }
+    return true;
+}
+
+long long ms_since(Clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// The observer's calls, in order (they come from the keeper's thread).
+struct Events {
+    std::mutex mutex;
+    std::vector<std::string> seen;
+
+    control::LeaseKeeperOptions options() {
+        control::LeaseKeeperOptions o;
+        o.observer = [this](control::LeaseEvent event, const std::exception_ptr& error) {
+            std::lock_guard lock(mutex);
+            seen.push_back(std::string(control::to_string(event)) + (error ? " (error)" : ""));
+        };
+        return o;
+    }
+    std::vector<std::string> list() {
+        std::lock_guard lock(mutex);
+        return seen;
+    }
+};
+
+std::size_t open_fds() {
+    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                                  std::filesystem::directory_iterator{}));
+}
+
+// The SigBlk mask of this process's thread named `name`; none when there is no such thread.
+std::optional<unsigned long long> blocked_signals_of_thread(const std::string& name) {
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream comm(task.path() / "comm");
+        std::string comm_name;
+        std::getline(comm, comm_name);
+        if (comm_name != name) continue;
+        std::ifstream status(task.path() / "status");
+        for (std::string line; std::getline(status, line);)
+            if (line.starts_with("SigBlk:")) return std::stoull(line.substr(7), nullptr, 16);
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(lease_keeper)
+
+BOOST_AUTO_TEST_CASE(takes_the_lease_when_the_daemon_appears) {
+    const auto dir = make_temp_dir();
+    const auto path = dir + "/control.sock";
+    Events events;
+    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "late", events.options());
+    BOOST_TEST(!keeper.holds());
+    const auto failure = keeper.start();
+    BOOST_REQUIRE(failure);
+    BOOST_CHECK_THROW(std::rethrow_exception(failure), control::DaemonUnreachable);
+    BOOST_CHECK_THROW(keeper.start(), std::logic_error);
+    BOOST_TEST(!keeper.holds());
+    std::this_thread::sleep_for(400ms);  // attempts at 100 and 300 ms fail: no news to the caller
+    {
+        ScriptedDaemon daemon(ok_reply, path);
+        const auto appeared = Clock::now();
+        BOOST_TEST(eventually([&] { return keeper.holds(); }));
+        const auto took_ms = ms_since(appeared);
+        BOOST_TEST_MESSAGE("lease taken " << took_ms << " ms after the daemon appeared");
+        BOOST_TEST(took_ms < 2000);  // the next attempt is at most max_retry (1 s) away
+        BOOST_TEST(events.list() == std::vector<std::string>{"taken"});
+        BOOST_TEST(daemon.requests() == std::vector<std::string>{R"({"op":"lease","session":"late"})"});
+        keeper.stop();
+        BOOST_TEST(!keeper.holds());
+    }
+    std::filesystem::remove_all(dir);
+    BOOST_CHECK_THROW(control::LeaseKeeper(control::ControlClient(path), "bad id"), control::ProtocolViolation);
+}
+
+BOOST_AUTO_TEST_CASE(takes_the_lease_again_after_the_daemon_restarts) {
+    const auto dir = make_temp_dir();
+    const auto path = dir + "/control.sock";
+    Events events;
+    auto daemon = std::make_unique<ScriptedDaemon>(ok_reply, path);
+    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "back", events.options());
+    BOOST_CHECK(!keeper.start());
+    BOOST_TEST(keeper.holds());
+    daemon.reset();  // stops: its connections close, its socket goes
+    BOOST_TEST(!keeper.holds());  // at once: the connection is polled, not a flag
+    std::this_thread::sleep_for(400ms);  // failed attempts at 100 and 300 ms
+    BOOST_TEST(!keeper.holds());
+    daemon = std::make_unique<ScriptedDaemon>(ok_reply, path);
+    const auto restarted = Clock::now();
+    BOOST_TEST(eventually([&] { return keeper.holds(); }));
+    BOOST_TEST_MESSAGE("lease taken again " << ms_since(restarted) << " ms after the restart");
+    // One failure reported for the whole run of failed attempts.
+    BOOST_TEST(events.list() == (std::vector<std::string>{"lost", "failing (error)", "taken"}));
+    BOOST_TEST(daemon->requests().size() == 1u);
+
+    daemon->drop_all();  // the daemon closes the lease while it keeps running
+    BOOST_TEST(eventually([&] { return daemon->requests().size() == 2u && keeper.holds(); }));
+    // The first retry, 100 ms later, found the daemon: no failure in between.
+    BOOST_TEST(events.list() ==
+               (std::vector<std::string>{"lost", "failing (error)", "taken", "lost", "taken"}));
+    keeper.stop();
+    daemon.reset();
+    std::filesystem::remove_all(dir);
+}
+
+// Reconnection waits: 100 ms after a failure, doubling, capped at 1 s.
+BOOST_AUTO_TEST_CASE(retries_quickly_then_once_a_second) {
+    ScriptedDaemon refusing([](const std::string&) { return control::encode_error("busy"); });
+    control::LeaseKeeper keeper(control::ControlClient(refusing.path(), 2s), "refused");
+    BOOST_CHECK_THROW(std::rethrow_exception(keeper.start()), control::ErrorReply);
+    BOOST_REQUIRE(eventually([&] { return refusing.request_times().size() >= 6; }));
+    keeper.stop();
+    const auto times = refusing.request_times();
+    std::vector<long long> gaps_ms;
+    for (std::size_t i = 1; i < 6; ++i)
+        gaps_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(times[i] - times[i - 1]).count());
+    std::ostringstream shown;
+    for (auto gap : gaps_ms) shown << gap << " ";
+    BOOST_TEST_MESSAGE("waits between attempts (ms; expected 100 200 400 800 1000): " << shown.str());
+    BOOST_TEST(gaps_ms[0] >= 100);
+    BOOST_TEST(gaps_ms[0] < 300);  // the first retry comes quickly
+    BOOST_TEST(gaps_ms[2] >= 400);  // then backs off
+    BOOST_TEST(gaps_ms[4] >= 1000);
+    for (auto gap : gaps_ms) BOOST_TEST(gap < 1300);  // and never waits much over 1 s
+}
+
+// stop() ends the thread whatever it is doing: within milliseconds while holding the lease or
+// waiting to retry, within the 50 ms grace while waiting for the reply of a daemon that
+// accepted the connection and went silent.
+BOOST_AUTO_TEST_CASE(stops_within_milliseconds_in_every_state) {
+    auto timed_stop_ms = [](control::LeaseKeeper& keeper) {
+        const auto start = Clock::now();
+        keeper.stop();
+        return ms_since(start);
+    };
+    ScriptedDaemon daemon(ok_reply);
+    control::LeaseKeeper holding(control::ControlClient(daemon.path(), 30s), "holding");
+    BOOST_CHECK(!holding.start());
+    const auto holding_ms = timed_stop_ms(holding);
+
+    const auto dir = make_temp_dir();
+    control::LeaseKeeper retrying(control::ControlClient(dir + "/none.sock", 30s), "retrying");
+    BOOST_CHECK(retrying.start());
+    std::this_thread::sleep_for(150ms);
+    const auto retrying_ms = timed_stop_ms(retrying);
+
+    std::atomic<int> answered{0};
+    ScriptedDaemon goes_silent([&](const std::string&) {
+        return answered++ == 0 ? control::encode_ok() : std::string();
+    });
+    control::LeaseKeeper waiting(control::ControlClient(goes_silent.path(), 30s), "waiting");
+    BOOST_CHECK(!waiting.start());
+    goes_silent.drop_all();
+    BOOST_REQUIRE(eventually([&] { return goes_silent.requests().size() == 2u; }));
+    const auto waiting_ms = timed_stop_ms(waiting);
+
+    BOOST_TEST_MESSAGE("stop() took " << holding_ms << " ms holding, " << retrying_ms
+                                      << " ms between attempts, " << waiting_ms << " ms waiting for a reply");
+    BOOST_TEST(holding_ms < 100);
+    BOOST_TEST(retrying_ms < 100);
+    BOOST_TEST(waiting_ms < 100);
+    std::filesystem::remove_all(dir);
+}
+
+// The daemon records a lease before it writes the reply: an owner stopping in between (a
+// `reaperctl hold` whose stdin closed just then) still hears that the lease was taken.
+BOOST_AUTO_TEST_CASE(a_reply_on_its_way_when_stopping_is_still_read) {
+    std::atomic<int> requests{0};
+    std::atomic<bool> replying_slowly{false};
+    ScriptedDaemon slow([&](const std::string&) {
+        if (requests++ > 0) {
+            replying_slowly = true;
+            std::this_thread::sleep_for(20ms);
+        }
+        return control::encode_ok();
+    });
+    Events events;
+    control::LeaseKeeper keeper(control::ControlClient(slow.path(), 30s), "stopping", events.options());
+    BOOST_CHECK(!keeper.start());
+    slow.drop_all();
+    BOOST_REQUIRE(eventually([&] { return replying_slowly.load(); }));
+    const auto start = Clock::now();
+    keeper.stop();
+    const auto stop_ms = ms_since(start);
+    BOOST_TEST_MESSAGE("stop() took " << stop_ms << " ms, the reply came within it");
+    BOOST_TEST(stop_ms < 100);
+    BOOST_TEST(events.list() == (std::vector<std::string>{"lost", "taken"}));
+    BOOST_TEST(!keeper.holds());
+}
+
+BOOST_AUTO_TEST_CASE(leaves_no_descriptor_or_thread_behind) {
+    const auto baseline = open_fds();
+    {
+        ScriptedDaemon daemon(ok_reply);
+        for (int i = 0; i < 20; ++i) {
+            control::LeaseKeeper keeper(control::ControlClient(daemon.path(), 2s), "s" + std::to_string(i));
+            BOOST_CHECK(!keeper.start());
+            if (i % 2) {  // some are lost and taken again before they stop
+                const auto before = daemon.requests().size();
+                daemon.drop_all();
+                BOOST_TEST(eventually([&] { return daemon.requests().size() == before + 1 && keeper.holds(); }));
+            }
+        }
+        const auto dir = make_temp_dir();
+        control::LeaseKeeper unreachable(control::ControlClient(dir + "/none.sock"), "nobody");
+        BOOST_CHECK(unreachable.start());
+        unreachable.stop();
+        std::filesystem::remove_all(dir);
+    }
+    BOOST_TEST(open_fds() == baseline);
+    BOOST_TEST(eventually([] { return !blocked_signals_of_thread("reaper-lease"); }));
+}
+
+// Signals sent to the process must reach the application's threads (reaperctl waits for them
+// on a signalfd), never the keeper's.
+BOOST_AUTO_TEST_CASE(the_keeper_thread_blocks_every_signal) {
+    ScriptedDaemon daemon(ok_reply);
+    control::LeaseKeeper keeper(control::ControlClient(daemon.path()), "signals");
+    BOOST_CHECK(!keeper.start());
+    std::optional<unsigned long long> mask;
+    BOOST_REQUIRE(eventually([&] { return (mask = blocked_signals_of_thread("reaper-lease")).has_value(); }));
+    for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD, SIGPIPE, SIGALRM})
+        BOOST_TEST((*mask >> (signal - 1) & 1u) == 1u, "signal " << signal << " is not blocked");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

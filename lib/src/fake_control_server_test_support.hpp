@@ -1,7 +1,8 @@
 // A stand-in for reaperd's control socket in unit tests: it accepts connections on a unix
-// socket in a temp dir, answers every valid request {"ok":true} (parsed with the real
-// protocol code), records the requests, and knows which leases are held (a lease lasts while
-// its connection is open).
+// socket (in a temp dir, or on a given path), answers every valid request {"ok":true} (parsed
+// with the real protocol code), records the requests, and knows which leases are held (a lease
+// lasts while its connection is open). Destroying it closes every connection, as a stopping
+// reaperd does.
 #pragma once
 
 #include <reaper/control.hpp>
@@ -26,28 +27,26 @@ namespace reaper::test {
 
 class FakeControlServer {
 public:
-    FakeControlServer() {
-        char dir_template[] = "/tmp/fake-reaperd.XXXXXX";
-        if (!::mkdtemp(dir_template)) throw std::runtime_error("mkdtemp failed");
-        dir_ = dir_template;
-        path_ = dir_ + "/control.sock";
-        listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_un address{};
-        address.sun_family = AF_UNIX;
-        path_.copy(address.sun_path, sizeof address.sun_path - 1);
-        if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(listener_, 16) != 0)
-            throw std::runtime_error("fake control server: cannot listen on " + path_);
-        acceptor_ = std::thread([this] { accept_loop(); });
-    }
+    // Listens in a temp dir of its own.
+    FakeControlServer() : FakeControlServer(make_temp_dir() + "/control.sock", true) {}
+    // Listens on `socket_path` (a daemon restarting on the same path: destroy, construct again).
+    explicit FakeControlServer(std::string socket_path) : FakeControlServer(std::move(socket_path), false) {}
     ~FakeControlServer() {
         stopping_ = true;
         acceptor_.join();
         for (auto& t : connections_) t.join();
         ::close(listener_);
-        std::filesystem::remove_all(dir_);
+        ::unlink(path_.c_str());
+        if (owns_dir_) std::filesystem::remove_all(std::filesystem::path(path_).parent_path());
     }
 
     const std::string& socket_path() const { return path_; }
+
+    static std::string make_temp_dir() {
+        char dir_template[] = "/tmp/fake-reaperd.XXXXXX";
+        if (!::mkdtemp(dir_template)) throw std::runtime_error("mkdtemp failed");
+        return dir_template;
+    }
 
     std::vector<control::Request> requests() {
         std::lock_guard lock(mutex_);
@@ -71,6 +70,16 @@ public:
     }
 
 private:
+    FakeControlServer(std::string socket_path, bool owns_dir) : path_(std::move(socket_path)), owns_dir_(owns_dir) {
+        listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        path_.copy(address.sun_path, sizeof address.sun_path - 1);
+        if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(listener_, 16) != 0)
+            throw std::runtime_error("fake control server: cannot listen on " + path_);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+
     void accept_loop() {
         while (!stopping_) {
             pollfd p{listener_, POLLIN, 0};
@@ -118,8 +127,8 @@ private:
         ::close(fd);
     }
 
-    std::string dir_;
     std::string path_;
+    bool owns_dir_;
     int listener_ = -1;
     std::atomic<bool> stopping_{false};
     std::thread acceptor_;

@@ -42,6 +42,8 @@ public:
         std::string health_status;
         std::deque<int> exec_results;  // popped per exec; empty = 0
         int exec_default = 0;
+        // The next N creates make their container, then throw Timeout: the answer was lost.
+        int lose_create_answers = 0;
 
         int count(const std::string& prefix) {
             std::lock_guard lock(mutex);
@@ -117,6 +119,10 @@ public:
         c.info.log_driver = spec.log_config.type;
         c.info.log_options = spec.log_config.options;
         state_->containers[id] = c;
+        if (state_->lose_create_answers > 0) {
+            --state_->lose_create_answers;
+            throw Timeout(0, "", "create: timed out");
+        }
         return id;
     }
     void start(const std::string& id) override {

@@ -3,6 +3,7 @@
 #include <reaper/control.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <iomanip>
 #include <random>
 #include <sstream>
@@ -78,13 +79,20 @@ EngineFactory client_factory(ClientOptions options) {
     };
 }
 
-std::string make_session_id() {
+namespace {
+
+// `words` random 32-bit words as hex, 8 digits each.
+std::string random_hex(int words) {
     std::random_device device;
-    std::uint64_t bits = (std::uint64_t{device()} << 32) ^ device();
     std::ostringstream out;
-    out << "s-" << std::hex << std::setw(16) << std::setfill('0') << bits;
+    out << std::hex << std::setfill('0');
+    for (int i = 0; i < words; ++i) out << std::setw(8) << std::uint32_t{device()};
     return out.str();
 }
+
+}  // namespace
+
+std::string make_session_id() { return "s-" + random_hex(2); }
 
 Session::Session(SessionOptions options)
     : options_(std::move(options)),
@@ -112,16 +120,24 @@ Engine& Session::engine() {
 
 bool Session::holds_lease() const {
     try {
-        return lease_ && lease_->alive();
+        return lease_keeper_ && lease_keeper_->holds();
     } catch (...) {
         return false;
     }
 }
 
 void Session::log(LogLevel level, std::string message, std::exception_ptr error) const noexcept {
+    try {
+        emit(LogRecord{level, session_id_, container_id_, std::move(message), std::move(error)});
+    } catch (...) {
+        // Building the record ran out of memory: nothing to say it with.
+    }
+}
+
+void Session::emit(LogRecord record) const noexcept {
     if (!options_.log) return;
     try {
-        LogRecord record{level, session_id_, container_id_, std::move(message), std::move(error)};
+        std::lock_guard lock(log_mutex_);
         options_.log(record);
     } catch (...) {
         // A failing sink must not turn teardown into a throwing operation.
@@ -130,13 +146,33 @@ void Session::log(LogLevel level, std::string message, std::exception_ptr error)
 
 void Session::acquire_lease() {
     if (!options_.use_daemon) return;
-    try {
-        lease_ = control::ControlClient(options_.control_socket, options_.control_timeout).lease(session_id_);
+    control::LeaseKeeperOptions keeper;
+    // Runs on the keeper's thread: it reads only what never changes while the keeper runs
+    // (not container_id_, which the opening thread writes).
+    keeper.observer = [this](control::LeaseEvent event, const std::exception_ptr& error) {
+        std::string message;
+        switch (event) {
+            case control::LeaseEvent::Lost:
+                message = "reaperd closed the lease (stopped or restarting); taking it again";
+                break;
+            case control::LeaseEvent::Failing:
+                message = "reaperd not reachable at " + options_.control_socket + "; will keep trying";
+                break;
+            case control::LeaseEvent::Taken:
+                message = "holding a reaperd lease via " + options_.control_socket;
+                break;
+        }
+        emit(LogRecord{LogLevel::Info, session_id_, {}, std::move(message), error});
+    };
+    lease_keeper_ = std::make_unique<control::LeaseKeeper>(
+        control::ControlClient(options_.control_socket, options_.control_timeout), session_id_,
+        std::move(keeper));
+    if (auto failure = lease_keeper_->start()) {
+        log(LogLevel::Info,
+            "reaperd not reachable at " + options_.control_socket + "; working without a lease until it answers",
+            failure);
+    } else {
         log(LogLevel::Debug, "holding a reaperd lease via " + options_.control_socket);
-    } catch (...) {
-        lease_.reset();
-        log(LogLevel::Info, "reaperd not reachable at " + options_.control_socket + "; working without a lease",
-            std::current_exception());
     }
 }
 
@@ -166,6 +202,8 @@ void Session::open_created(const ContainerSpec& requested, const std::vector<std
     if (spec.log_config.type.empty()) spec.log_config.type = options_.log_driver;
     if (driver_takes_caps(spec.log_config.type))
         for (const auto& [key, value] : options_.log_caps) spec.log_config.options.emplace(key, value);
+    open_marker_ = random_hex(4);  // 128 bits: no other open anywhere picks the same
+    spec.labels[open_marker_label] = open_marker_;
 
     open_with([&] {
         created_ = true;
@@ -274,8 +312,8 @@ void Session::cleanup_failed_open() noexcept {
         if (!container_id_.empty()) {
             // A half-created sandbox must not outlive the failed open: force straight away.
             remove_container(result, true);
-        } else if (remove_after_failed_create()) {
-            result.container = TeardownResult::Container::Removed;
+        } else {
+            remove_after_failed_create(result);
         }
     }
     release_lease_and_client();
@@ -283,30 +321,29 @@ void Session::cleanup_failed_open() noexcept {
 }
 
 // The create call failed, yet the engine may have made the container (a timeout or a broken
-// connection after the request went out). Every container of this session carries the label,
-// and a Session opens once, so any container with it was made by this open.
-bool Session::remove_after_failed_create() noexcept {
+// connection after the request went out). Only this open's marker says which one is ours:
+// other Sessions may share the session id and its label, and their containers must stay.
+void Session::remove_after_failed_create(TeardownResult& result) noexcept {
     std::vector<ContainerSummary> found;
     try {
         ListOptions list;
         list.all = true;
-        list.filters["label"] = {options_.label_key + "=" + session_id_};
+        // The engine ANDs label filters: this session's label and this open's marker.
+        list.filters["label"] = {options_.label_key + "=" + session_id_,
+                                 std::string(open_marker_label) + "=" + open_marker_};
         found = engine_->list_containers(list);
     } catch (...) {
         last_cleanup_error_ = std::current_exception();
-        log(LogLevel::Warning, "after a failed create, could not look for a container of this session",
+        log(LogLevel::Warning, "after a failed create, could not look for the container this open may have made",
             last_cleanup_error_);
-        return false;
+        return;
     }
-    bool removed_any = false;
     for (const auto& summary : found) {
-        TeardownResult result;
         container_id_ = summary.id;
+        log(LogLevel::Info, "the failed create made this container after all; removing it");
         remove_container(result, true);
-        removed_any = removed_any || result.container == TeardownResult::Container::Removed;
     }
     container_id_.clear();
-    return removed_any;
 }
 
 void Session::remove_container(TeardownResult& result, bool force_first) noexcept {
@@ -381,10 +418,7 @@ void Session::report_orphan(TeardownResult& result) noexcept {
 }
 
 void Session::release_lease_and_client() noexcept {
-    if (lease_) {
-        lease_->release();
-        lease_.reset();
-    }
+    lease_keeper_.reset();  // stops its thread and closes the lease
     if (engine_) {
         engine_->close();
         engine_.reset();

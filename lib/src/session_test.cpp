@@ -5,6 +5,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -87,6 +89,9 @@ BOOST_FIXTURE_TEST_CASE(create_labels_caps_and_teardown, Fixture) {
     BOOST_TEST(created.spec.log_config.options.at("max-size") == "10m");
     BOOST_TEST(created.spec.log_config.options.at("max-file") == "2");
     BOOST_TEST(created.spec.network_mode == "none");
+    const auto& marker = created.spec.labels.at(open_marker_label);
+    BOOST_TEST(marker.size() == 32u);  // 128 bits in hex
+    BOOST_TEST(marker.find_first_not_of("0123456789abcdef") == std::string::npos);
 
     auto id = session.container_id();
     session.engine().stop(id, 0s);  // stopped: a plain delete suffices
@@ -226,21 +231,50 @@ BOOST_FIXTURE_TEST_CASE(create_fails, Fixture) {
     BOOST_TEST(to_string(session.teardown_result()->container) == "none");
 }
 
-// The request reached the engine, which made the container, but the answer was lost.
-BOOST_FIXTURE_TEST_CASE(create_times_out_after_the_engine_made_it, Fixture) {
+// The request reached the engine, which made the container, but the answer was lost. The
+// cleanup finds it by this open's marker and removes it alone: containers of other Sessions
+// under the same session id (with another marker, or none) stay, like any other.
+BOOST_FIXTURE_TEST_CASE(create_answer_lost_removes_only_the_container_with_its_marker, Fixture) {
     auto o = options();
-    o.session_id = "lost-answer";
-    state->next_faults["create"].push_back([state = state.get()] {
-        FakeEngine::add_running(*state, "made", {{"reaperd.session", "lost-answer"}});
-        throw Timeout(0, "", "create: timed out");
-    });
-    FakeEngine::add_running(*state, "bystander", {{"reaperd.session", "another-session"}});
+    o.session_id = "shared";
+    const auto sibling = FakeEngine::add_running(
+        *state, "sibling", {{"reaperd.session", "shared"}, {open_marker_label, std::string(32, 'a')}});
+    const auto unmarked = FakeEngine::add_running(*state, "unmarked", {{"reaperd.session", "shared"}});
+    const auto other = FakeEngine::add_running(*state, "other", {{"reaperd.session", "another-session"}});
+    state->lose_create_answers = 1;
     Session session(o);
     check_original<Timeout>([&] { session.create(spec()); }, "create: timed out");
     check_cleared(session, *state);
-    BOOST_TEST(state->containers.size() == 1u);
-    BOOST_TEST(state->containers.begin()->second.info.name == "bystander");
-    BOOST_TEST(to_string(session.teardown_result()->container) == "removed");
+    const auto& result = *session.teardown_result();
+    BOOST_TEST(to_string(result.container) == "removed");
+    BOOST_TEST(!result.container_id.empty());
+    BOOST_TEST(!state->has_container(result.container_id));
+    BOOST_TEST(state->count("remove") == 1);
+    BOOST_TEST(state->count("kill") == 1);
+    BOOST_TEST(state->containers.size() == 3u);
+    for (const auto& id : {sibling, unmarked, other}) {
+        BOOST_TEST(state->has_container(id));
+        BOOST_TEST(state->containers.at(id).info.state.running);
+    }
+}
+
+// Tools under one `reaperctl run S` share S: a second Session with that id whose create fails
+// (a missing image) must leave the first one's running container alone.
+BOOST_FIXTURE_TEST_CASE(failed_create_leaves_a_sibling_sessions_container, Fixture) {
+    auto o = options();
+    o.session_id = "shared";
+    Session first(o);
+    first.create(spec());
+    state->next_faults["create"].push_back(
+        [] { throw NotFound(404, "No such image: nope:latest", "create: 404 No such image: nope:latest"); });
+    Session second(o);
+    check_original<NotFound>([&] { second.create(spec()); }, "create: 404 No such image: nope:latest");
+    check_cleared(second, *state);
+    BOOST_TEST(to_string(second.teardown_result()->container) == "none");
+    BOOST_TEST(state->has_container(first.container_id()));
+    BOOST_TEST(state->containers.at(first.container_id()).info.state.running);
+    BOOST_TEST(state->count("remove") == 0);
+    BOOST_TEST(state->count("kill") == 0);
 }
 
 BOOST_FIXTURE_TEST_CASE(template_create_fails, Fixture) {
@@ -572,6 +606,46 @@ BOOST_FIXTURE_TEST_CASE(failed_open_releases_the_lease, Fixture) {
     BOOST_TEST(FakeControlServer::eventually([&] { return server.leases_held(session.id()) == 0; }));
     BOOST_TEST(server.requests().size() == 1u);
     check_cleared(session, *state);
+}
+
+// reaperd is down when the session opens, appears, then restarts: the session's lease follows
+// it, and holds_lease() says where it stands at each moment.
+BOOST_FIXTURE_TEST_CASE(lease_taken_when_reaperd_appears_and_again_after_a_restart, Fixture) {
+    const auto dir = FakeControlServer::make_temp_dir();
+    const auto path = dir + "/control.sock";
+    auto o = options();
+    o.use_daemon = true;
+    o.control_socket = path;
+    Session session(o);
+    session.create(spec());
+    BOOST_TEST(session.is_open());
+    BOOST_TEST(!session.holds_lease());
+    {
+        FakeControlServer daemon(path);
+        const auto appeared = std::chrono::steady_clock::now();
+        BOOST_TEST(FakeControlServer::eventually([&] { return session.holds_lease(); }));
+        BOOST_TEST_MESSAGE("lease taken "
+                           << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now() - appeared).count()
+                           << " ms after the daemon appeared");
+        BOOST_TEST(FakeControlServer::eventually([&] { return daemon.leases_held(session.id()) == 1; }));
+    }  // the daemon stops: every connection is closed
+    BOOST_TEST(!session.holds_lease());  // at once: the connection is looked at, not a flag
+    {
+        FakeControlServer restarted(path);
+        BOOST_TEST(FakeControlServer::eventually([&] { return session.holds_lease(); }));
+        BOOST_TEST(FakeControlServer::eventually([&] { return restarted.leases_held(session.id()) == 1; }));
+        session.close();
+        BOOST_TEST(!session.holds_lease());
+        BOOST_TEST(FakeControlServer::eventually([&] { return restarted.leases_held(session.id()) == 0; }));
+        BOOST_TEST(restarted.requests().size() == 1u);
+    }
+    // The keeper's thread is gone: reading the records the sink got from it is safe now.
+    BOOST_TEST(logged(LogLevel::Info, "working without a lease until it answers"));
+    BOOST_TEST(logged(LogLevel::Info, "reaperd closed the lease"));
+    BOOST_TEST(logged(LogLevel::Info, "holding a reaperd lease"));
+    BOOST_TEST(state->close_calls == 1);
+    std::filesystem::remove_all(dir);
 }
 
 BOOST_FIXTURE_TEST_CASE(no_daemon_works_alone, Fixture) {

@@ -28,6 +28,23 @@ BOOST_FIXTURE_TEST_CASE(missing_image_create_fails, Fixture) {
     BOOST_TEST(containers_of(session.id()).empty());
 }
 
+// Tools under one `reaperctl run S` share S ($REAPERD_SESSION): when a second Session with
+// that id fails to create (a missing image), the first one's running container stays.
+BOOST_FIXTURE_TEST_CASE(failed_create_leaves_a_sibling_sessions_container, Fixture) {
+    auto o = options();
+    o.session_id = test::unique_name("shared");
+    Session first(o);
+    first.create(sleeper());
+    auto missing = sleeper();
+    missing.image = "reaper-test/no-such-image:latest";
+    Session second(o);
+    BOOST_CHECK_THROW(second.create(missing), NotFound);
+    BOOST_TEST(exists(first.container_id()));
+    BOOST_TEST(observer.inspect(first.container_id()).state.running);
+    BOOST_TEST(containers_of(o.session_id).size() == 1u);
+    BOOST_TEST(to_string(first.close().container) == "removed");
+}
+
 BOOST_FIXTURE_TEST_CASE(container_exiting_at_once_is_removed, Fixture) {
     auto spec = sleeper();
     spec.cmd = {"sh", "-c", "exit 7"};

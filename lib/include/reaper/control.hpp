@@ -16,6 +16,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -115,6 +117,7 @@ public:
     explicit ControlClient(std::string socket_path,
                            std::chrono::milliseconds timeout = std::chrono::milliseconds{2000});
     const std::string& socket_path() const noexcept { return socket_path_; }
+    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
 
     std::unique_ptr<Lease> lease(const std::string& session);
     void end(const std::string& session);
@@ -125,6 +128,79 @@ public:
 private:
     std::string socket_path_;
     std::chrono::milliseconds timeout_;
+};
+
+// ---- keeping a lease across daemon restarts ------------------------------------------------
+
+// What a LeaseKeeper tells its observer.
+enum class LeaseEvent {
+    Lost,     // the daemon closed the lease's connection (it stopped, restarted or was killed)
+    Failing,  // an attempt to take the lease failed; told once per run of failed attempts
+    Taken,    // the keeper's thread took the lease (again)
+};
+const char* to_string(LeaseEvent event);
+
+struct LeaseKeeperOptions {
+    // The wait before the first retry after a lost lease or a failed attempt; each failure
+    // doubles it, up to max_retry. With 100 ms .. 1 s a lease is back within about a second
+    // of the daemon answering again, well inside any lease_grace of 3 s or more; a retry
+    // against a missing socket is one failed connect() (25 us measured here).
+    std::chrono::milliseconds first_retry{100};
+    std::chrono::milliseconds max_retry{1000};
+    // Called on the keeper's thread, one call at a time; `error` is the failed attempt's
+    // exception for Failing, null otherwise. It must not call stop() or destroy the keeper;
+    // what it throws is swallowed.
+    std::function<void(LeaseEvent, const std::exception_ptr& error)> observer;
+};
+
+// Keeps a lease on one session for as long as the keeper lives: reaperd closes every lease
+// when it stops or restarts (SIGTERM, SIGKILL, an upgrade) and gives the sessions that held
+// one a fresh lease_grace to come back, so a holder that does not reconnect loses its
+// containers. The library's Session and `reaperctl hold`/`run` use this one implementation.
+//
+// Who calls what: the owner calls start() once, then stop() or the destructor, from one
+// thread; holds() may also be called from other threads between start() and the destructor.
+//
+// Guarantees:
+// - After start(), one background thread keeps the lease: when its connection closes, it
+//   reconnects after first_retry and then with doubling waits capped at max_retry, forever,
+//   whatever the failure (unreachable, timed out, refused); it never gives up on its own.
+// - holds() is checked at the moment of the call (the connection is polled, not a flag the
+//   thread updates later): false before start(), while the daemon is away, after stop().
+// - stop() returns within milliseconds whatever the thread is doing; while it waits for a
+//   daemon's reply, within 50 ms (a reply on its way is still read, so a lease the daemon
+//   granted is reported as Taken). Afterwards no thread runs and every descriptor is closed.
+//   The descriptors are close-on-exec.
+// - The thread blocks all signals, so process-directed signals reach the application's own
+//   threads (reaperctl waits for them with a signalfd).
+class LeaseKeeper {
+public:
+    // Connects nowhere yet. Throws ProtocolViolation for an invalid session id.
+    LeaseKeeper(ControlClient client, std::string session, LeaseKeeperOptions options = {});
+    ~LeaseKeeper();  // stop()
+    LeaseKeeper(const LeaseKeeper&) = delete;
+    LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+    // Makes the first attempt on the calling thread (a caller that needs the lease before it
+    // goes on has it on return), then starts the thread that keeps it. Returns that attempt's
+    // failure (what ControlClient::lease throws; null when the lease is held); the thread
+    // keeps trying either way, so a keeper started while the daemon is down takes the lease
+    // when the daemon appears. Throws std::logic_error when called twice and std::system_error
+    // when no thread can be started.
+    std::exception_ptr start();
+    // True while the lease is held and its connection is open.
+    bool holds() const;
+    // Stops the thread and releases the lease. Idempotent, never throws.
+    void stop() noexcept;
+
+    const std::string& session() const noexcept { return session_; }
+
+private:
+    class Worker;
+    ControlClient client_;
+    std::string session_;
+    LeaseKeeperOptions options_;
+    std::unique_ptr<Worker> worker_;
 };
 
 }  // namespace reaper::control

@@ -7,15 +7,22 @@
 //   session.close();                             // or let the destructor do it
 //
 // Guarantees:
-// - Opening acquires the engine client from the factory, then (when reaperd is reachable)
-//   a lease for the session id, then creates/attaches and waits until the container is
-//   ready. If any step after acquiring the client fails, the open cleans up before the
-//   exception leaves: a container this open created is force-removed (or, failing that,
-//   reported to reaperd as an orphan and logged), an attached container is never touched,
-//   the lease is released, the client is closed exactly once, and the object holds no client
-//   and no container. The ORIGINAL exception is rethrown unchanged (same type and message);
-//   a cleanup failure never replaces it: it is logged through SessionOptions::log (with the
-//   exception in LogRecord::error) and kept in last_cleanup_error().
+// - Opening acquires the engine client from the factory, then starts keeping a reaperd
+//   lease for the session id (see "reaperd lease" below), then creates/attaches and waits
+//   until the container is ready. If any step after acquiring the client fails, the open
+//   cleans up before the exception leaves: a container this open created is force-removed
+//   (or, failing that, reported to reaperd as an orphan and logged), an attached container
+//   is never touched, the lease is released, the client is closed exactly once, and the
+//   object holds no client and no container. The ORIGINAL exception is rethrown unchanged
+//   (same type and message); a cleanup failure never replaces it: it is logged through
+//   SessionOptions::log (with the exception in LogRecord::error) and kept in
+//   last_cleanup_error().
+// - A failed open removes only what that open made: the container whose id its create
+//   returned or, when the create returned none (its answer may have been lost: a timeout, a
+//   broken connection), the container carrying this open's marker label (open_marker_label =
+//   128 random bits in hex, set on create), if there is one. Never anything found by the
+//   session label alone: several Sessions may share a session id (tools under one
+//   `reaperctl run S` all get it as $REAPERD_SESSION).
 // - close() and the destructor never throw and are idempotent. With delete-on-exit (default
 //   for a created container, off for an attached one) the container is removed; if the engine
 //   refuses (409, 5xx, ...), it is killed and force-removed, retried until
@@ -25,6 +32,14 @@
 // - Every container a Session creates carries the session label (SessionOptions::label_key =
 //   session id) and log caps from its creation on, so reaperd can find and cap it even if
 //   this process dies while opening.
+// - reaperd lease: while open (use_daemon), the session keeps a lease on its id through a
+//   control::LeaseKeeper, one background thread per Session: when reaperd stops or restarts
+//   (SIGTERM, SIGKILL, an upgrade) it reconnects after 100 ms, then with doubling waits
+//   capped at 1 s, so the lease is back within about a second of reaperd answering, inside
+//   any lease_grace of 3 s or more; a Session opened while reaperd is down takes the lease
+//   when reaperd appears. holds_lease() is true only while the lease's connection is open.
+//   Closing stops that thread (within 50 ms, also in the middle of an attempt) and closes
+//   its descriptors.
 // - Sessions share nothing: many may live in the threads of one process. One Session object
 //   is not meant to be used from several threads at once.
 #pragma once
@@ -38,6 +53,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -47,8 +63,13 @@
 namespace reaper {
 
 namespace control {
-class Lease;
+class LeaseKeeper;
 }
+
+// The label a created container carries to tell which open made it (128 random bits in hex,
+// new for every open); a failed open looks for it when its create's answer was lost. A spec's
+// own value for this key is replaced.
+inline constexpr const char* open_marker_label = "reaperd.open";
 
 // ---- logging ----------------------------------------------------------------------------
 enum class LogLevel { Debug, Info, Warning, Error };
@@ -62,8 +83,11 @@ struct LogRecord {
     std::exception_ptr error;  // the failure behind the record, when there is one
 };
 
-// Receives the library's log records. Called from the thread that runs the Session call;
-// a sink shared by several Sessions must be thread-safe. Exceptions it throws are swallowed.
+// Receives the library's log records. Called from the thread that runs the Session call, and
+// from the Session's lease keeper thread when the lease is lost, failing or taken again; a
+// Session makes one call at a time, so a sink used by one Session needs no lock of its own,
+// but a sink shared by several Sessions must be thread-safe. Exceptions it throws are
+// swallowed.
 using LogSink = std::function<void(const LogRecord&)>;
 
 // A sink writing one line per record at or above `min_level` to stderr (one write() each,
@@ -91,8 +115,8 @@ struct SessionOptions {
     std::string log_driver = "json-file";
     std::map<std::string, std::string> log_caps{{"max-size", "10m"}, {"max-file", "2"}};
 
-    // Talk to reaperd: take a lease at open, report orphans at teardown. An unreachable
-    // daemon is not an error (logged at Info).
+    // Talk to reaperd: keep a lease from open to close, report orphans at teardown. An
+    // unreachable daemon is not an error (logged at Info); the lease is taken when it answers.
     bool use_daemon = true;
     std::string control_socket;  // "" = control::socket_path_from_environment()
     std::chrono::milliseconds control_timeout{2000};
@@ -172,7 +196,8 @@ public:
     bool created_container() const noexcept { return created_; }
     // The session's own client. Throws std::logic_error when not open.
     Engine& engine();
-    // True while a reaperd lease for this session is held and alive.
+    // True while this session's reaperd lease is held and its connection open, checked at
+    // the call: false before open, while reaperd is away, and after close.
     bool holds_lease() const;
 
     bool delete_on_exit() const noexcept { return delete_on_exit_; }
@@ -194,16 +219,20 @@ private:
     void wait_ready(const std::vector<std::string>& probe, std::chrono::milliseconds timeout);
     void cleanup_failed_open() noexcept;
     void remove_container(TeardownResult& result, bool force_first) noexcept;
-    bool remove_after_failed_create() noexcept;
+    void remove_after_failed_create(TeardownResult& result) noexcept;
     void report_orphan(TeardownResult& result) noexcept;
     void release_lease_and_client() noexcept;
     void log(LogLevel level, std::string message, std::exception_ptr error = nullptr) const noexcept;
+    // The one door to the sink, for both threads.
+    void emit(LogRecord record) const noexcept;
 
     SessionOptions options_;
     std::string session_id_;
     Phase phase_ = Phase::Fresh;
     std::unique_ptr<Engine> engine_;
-    std::unique_ptr<control::Lease> lease_;
+    std::unique_ptr<control::LeaseKeeper> lease_keeper_;
+    mutable std::mutex log_mutex_;  // one sink call at a time (the keeper thread logs too)
+    std::string open_marker_;       // this open's open_marker_label value
     std::string container_id_;
     bool created_ = false;
     bool delete_on_exit_ = true;
