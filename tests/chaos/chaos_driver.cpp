@@ -16,6 +16,7 @@
 
 #include <reaper/client.hpp>
 #include <reaper/control.hpp>
+#include <reaper/session.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -93,6 +94,8 @@ enum class Kind {
     spam,       // a log spammer in a held session
     short_lived,  // in a session that is leased, then dropped or ended (or still leased)
     tombstone,  // created under a session already ended: reapable from birth
+    library,    // a live reaper::Session's own container: its lease must come back after
+                // every reaperd kill, so reaperd must never remove it
 };
 const char* to_string(Kind k) {
     switch (k) {
@@ -102,6 +105,7 @@ const char* to_string(Kind k) {
         case Kind::spam: return "spam";
         case Kind::short_lived: return "short";
         case Kind::tombstone: return "tombstone";
+        case Kind::library: return "library";
     }
     return "?";
 }
@@ -707,6 +711,8 @@ private:
     }
 
     int judge();
+    void open_library_sessions(unsigned count);
+    void close_library_sessions();
 
     Options o_;
     std::mt19937 random_;
@@ -724,6 +730,9 @@ private:
     std::vector<std::string> ended_ids_;
     std::vector<std::string> held_;
     std::vector<std::string> spammers_;
+    // Live library Sessions (issue 10): opened at the start, kept through every fault, closed
+    // after the judgement; their containers are Kind::library boxes.
+    std::vector<std::unique_ptr<reaper::Session>> library_sessions_;
     std::set<std::string> gone_;  // names with a destroy event
     std::set<std::string> destroyed_ids_;
     std::vector<DestroyEvent> destroys_;
@@ -774,6 +783,7 @@ int Chaos::run() {
         sessions_[s.id] = std::move(s);
     }
     std::thread keeper([&] { keep_leases(); });
+    open_library_sessions(3);
     for (int i = 0; i < 2; ++i)
         if (auto name = make_box(Kind::spam, held_[0], true, true)) spammers_.push_back(*name);
     std::thread tender([&] { tend_spammers(); });
@@ -837,7 +847,66 @@ int Chaos::run() {
     readiness.join();
     keeper.join();
     tender.join();
-    return judge();
+    const int verdict = judge();
+    close_library_sessions();
+    return verdict;
+}
+
+// Sessions of the library, as an application holds them: each its own engine client (to the
+// engine directly: the faults are between reaperd and the engine) and its own lease keeper,
+// which must take the lease again after each reaperd kill within lease_grace.
+void Chaos::open_library_sessions(unsigned count) {
+    for (unsigned i = 0; i < count; ++i) {
+        reaper::SessionOptions options;
+        options.session_id = "chaos-lib-" + std::to_string(i);
+        reaper::ClientOptions client;
+        client.address = reaper::EngineAddress::parse(o_.engine_socket);
+        client.request_timeout = 60s;
+        options.engine_factory = reaper::client_factory(client);
+        options.control_socket = o_.control_socket;
+        options.ready_settle = 0ms;
+        auto session = std::make_unique<reaper::Session>(options);
+        Box box;
+        box.name = "chaos-" + std::to_string(::getpid()) + "-lib-" + std::to_string(i);
+        box.session = options.session_id;
+        box.kind = Kind::library;
+        box.created = now_ms();
+        {
+            std::lock_guard lock(mutex_);
+            boxes_[box.name] = box;
+        }
+        reaper::ContainerSpec spec;
+        spec.name = box.name;
+        spec.image = reaper::test::PrivateEngine::image;
+        spec.cmd = {"sleep", "100000"};
+        spec.labels["chaos.kind"] = to_string(Kind::library);
+        try {
+            session->create(spec);
+        } catch (const std::exception& e) {
+            say("library session ", options.session_id, " did not open: ", e.what());
+            continue;
+        }
+        {
+            std::lock_guard lock(mutex_);
+            boxes_[box.name].id = session->container_id();
+            by_id_[session->container_id()] = box.name;
+        }
+        ++created_;
+        library_sessions_.push_back(std::move(session));
+    }
+    say(library_sessions_.size(), " library sessions open");
+}
+
+void Chaos::close_library_sessions() {
+    for (auto& session : library_sessions_) {
+        {
+            std::lock_guard lock(mutex_);
+            if (auto it = by_id_.find(session->container_id()); it != by_id_.end())
+                boxes_[it->second].driver_removed = now_ms();
+        }
+        session->close();
+    }
+    library_sessions_.clear();
 }
 
 std::string mib(std::uint64_t bytes) {
@@ -1028,6 +1097,22 @@ int Chaos::judge() {
           << " protected present at end, " << protected_missing << " missing";
         rows.push_back({"no unlabeled/leased/unclaimed container removed", f.str(),
                         wrong == 0 && protected_missing == 0 && listed});
+    }
+
+    // 1b. The live library Sessions: none of their containers removed, every lease back.
+    {
+        unsigned sessions = 0, removed = 0, leased = 0;
+        for (auto& [name, b] : boxes_) {
+            if (b.kind != Kind::library || b.id.empty()) continue;
+            ++sessions;
+            if (destroyed_ids_.count(b.id) || (listed && !present.count(name))) ++removed;
+        }
+        for (auto& session : library_sessions_) leased += session->holds_lease();
+        std::ostringstream f;
+        f << sessions << " sessions through the reaperd kills: " << removed << " containers removed, "
+          << leased << "/" << library_sessions_.size() << " holding their lease at the end";
+        rows.push_back({"live library Sessions kept", f.str(),
+                        sessions > 0 && removed == 0 && leased == library_sessions_.size()});
     }
 
     // 2. Every orphan reaped.
