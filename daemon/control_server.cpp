@@ -101,7 +101,7 @@ gid_t resolve_group(const std::string& group) {
         }) && group.size() < 10) {
         return static_cast<gid_t>(std::stoul(group));
     }
-    throw std::runtime_error("control.group: no such group \"" + group + "\"");
+    throw ConfigValueError("control.group", "no such group \"" + group + "\"");
 }
 
 struct Connection {
@@ -112,7 +112,7 @@ struct Connection {
     std::size_t output_sent = 0;
     std::string lease_session;  // non-empty once this connection holds a lease
     bool closing = false;       // close once output is flushed; read nothing more
-    bool waiting = false;       // a status/metrics answer is being built; read nothing yet
+    bool waiting = false;       // an answer is being built on a desk; read nothing yet
     Clock::time_point last_activity;
 };
 
@@ -171,7 +171,8 @@ struct ControlServer::Impl {
         sigfillset(&all);
         pthread_sigmask(SIG_BLOCK, &all, &previous);
         thread = std::thread([this] { serve(); });
-        answerer = std::thread([this] { answer(); });
+        answerer.thread = std::thread([this] { answer(answerer); });
+        resolver.thread = std::thread([this] { answer(resolver); });
         pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     }
 
@@ -182,13 +183,14 @@ struct ControlServer::Impl {
             [[maybe_unused]] const auto n = ::write(wake, &one, sizeof one);
             thread.join();
         }
-        if (answerer.joinable()) {
+        for (Desk* desk : {&answerer, &resolver}) {
+            if (!desk->thread.joinable()) continue;
             {
                 std::lock_guard lock(questions_mutex);
-                questions.clear();
+                desk->questions.clear();
             }
-            questions_cv.notify_all();
-            answerer.join();
+            desk->cv.notify_all();
+            desk->thread.join();
         }
         close_everything();
     }
@@ -377,12 +379,11 @@ struct ControlServer::Impl {
                 connection.output += control::encode_ok();
                 break;
             case control::Op::Orphan:
-                handler.orphan_reported(request.container, request.session);
-                connection.output += control::encode_ok();
+                ask(connection, std::move(request), resolver);
                 break;
             case control::Op::Status:
             case control::Op::Metrics:
-                ask(connection, request.op);
+                ask(connection, std::move(request), answerer);
                 break;
             }
         } catch (const std::exception& e) {
@@ -393,35 +394,52 @@ struct ControlServer::Impl {
         }
     }
 
-    // Status and metrics wait for the daemon's main loop, which may be busy for a while; they
-    // are answered on their own thread so leases and ends keep flowing meanwhile.
-    void ask(Connection& connection, control::Op op) {
+    // Status and metrics wait for the daemon's main loop, which may be busy for a while, and
+    // an orphan report for the engine's inspect: they are answered on desks of their own
+    // (one thread each), so leases and ends keep flowing meanwhile, and an engine slow to
+    // answer never delays a status.
+    struct Desk;
+    void ask(Connection& connection, control::Request request, Desk& desk) {
         connection.waiting = true;
         {
             std::lock_guard lock(questions_mutex);
-            questions.push_back({connection.fd, connection.id, op, {}});
+            desk.questions.push_back({connection.fd, connection.id, std::move(request), {}});
         }
-        questions_cv.notify_one();
+        desk.cv.notify_one();
     }
 
-    void answer() {
+    std::string reply_to(const control::Request& request) {
+        switch (request.op) {
+            case control::Op::Status: return control::encode_status_reply(handler.status_json());
+            case control::Op::Metrics: return control::encode_metrics_reply(handler.metrics_text());
+            case control::Op::Orphan:
+                handler.orphan_reported(request.container, request.session);
+                return control::encode_ok();
+            case control::Op::Lease:
+            case control::Op::End: break;
+        }
+        throw std::logic_error("not a question for a desk");
+    }
+
+    void answer(Desk& desk) {
         for (;;) {
             Question question;
             {
                 std::unique_lock lock(questions_mutex);
-                questions_cv.wait(lock, [this] { return stopped || !questions.empty(); });
+                desk.cv.wait(lock, [&] { return stopped || !desk.questions.empty(); });
                 if (stopped) return;
-                question = std::move(questions.front());
-                questions.pop_front();
+                question = std::move(desk.questions.front());
+                desk.questions.pop_front();
             }
+            const auto op = question.request.op;
             try {
-                question.reply = question.op == control::Op::Status
-                                     ? control::encode_status_reply(handler.status_json())
-                                     : control::encode_metrics_reply(handler.metrics_text());
+                question.reply = reply_to(question.request);
+            } catch (const Refused& e) {
+                question.reply = control::encode_error(e.what());
             } catch (const std::exception& e) {
-                log(Priority::warning, std::string("control server: ") + control::to_string(question.op) +
+                log(Priority::warning, std::string("control server: ") + control::to_string(op) +
                                            " failed: " + e.what());
-                question.reply = control::encode_error(std::string(control::to_string(question.op)) +
+                question.reply = control::encode_error(std::string(control::to_string(op)) +
                                                        " failed: " + e.what());
             }
             {
@@ -506,14 +524,18 @@ struct ControlServer::Impl {
     struct Question {
         int fd;
         std::uint64_t connection_id;
-        control::Op op;
+        control::Request request;
         std::string reply;
     };
-    std::thread answerer;
+    struct Desk {
+        std::thread thread;
+        std::condition_variable cv;
+        std::deque<Question> questions;  // guarded by questions_mutex
+    };
     std::mutex questions_mutex;
-    std::condition_variable questions_cv;
-    std::deque<Question> questions;  // for the answerer
-    std::deque<Question> answers;    // back to the server thread
+    Desk answerer;                 // status, metrics
+    Desk resolver;                 // orphan reports
+    std::deque<Question> answers;  // back to the server thread; guarded by questions_mutex
     std::atomic<bool> stopped{false};
     std::unordered_map<int, Connection> connections;  // only the server thread touches it
     std::atomic<std::size_t> connection_total{0};

@@ -52,6 +52,8 @@ public:
         record({"end", session, "", 0});
     }
     void orphan_reported(const std::string& container, const std::string& session) override {
+        if (hold_orphan) hold_orphan->wait_for(60s);
+        if (container == "nowhere") throw reaperd::Refused("no container matches \"nowhere\"; not reaped");
         record({"orphan", container, session, 0});
     }
     std::string status_json() override {
@@ -65,6 +67,8 @@ public:
     }
     // When set, status_json() waits for it (a daemon whose main loop is busy).
     std::optional<std::shared_future<void>> hold_status;
+    // When set, orphan_reported() waits for it (an engine slow to answer the inspect).
+    std::optional<std::shared_future<void>> hold_orphan;
     std::size_t count(const std::string& kind) {
         std::lock_guard lock(mutex_);
         return static_cast<std::size_t>(std::count_if(
@@ -237,6 +241,43 @@ BOOST_AUTO_TEST_CASE(a_slow_status_delays_only_its_asker) {
     BOOST_TEST(read_line(asker) == "{\"ok\":true}");
     BOOST_TEST(f.handler.count("end") == 2u);
     ::close(asker);
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_orphan_report_delays_neither_other_requests_nor_status) {
+    Fixture f;
+    std::promise<void> release;
+    f.handler.hold_orphan = release.get_future().share();
+    const int reporter = connect_raw(f.config.socket);
+    send_all(reporter, "{\"op\":\"orphan\",\"container\":\"web\",\"session\":\"A\"}\n"
+                       "{\"op\":\"end\",\"session\":\"after-orphan\"}\n");
+    control::ControlClient client(f.config.socket, 5s);
+    auto lease = client.lease("quick");
+    client.end("meanwhile");
+    BOOST_TEST(client.status_json().find("sessions") != std::string::npos);
+    BOOST_TEST(f.handler.count("end") == 1u);  // the reporter's end waits behind its orphan
+    release.set_value();
+    BOOST_TEST(read_line(reporter) == "{\"ok\":true}");
+    BOOST_TEST(read_line(reporter) == "{\"ok\":true}");
+    BOOST_TEST(f.handler.count("orphan") == 1u);
+    BOOST_TEST(f.handler.count("end") == 2u);
+    ::close(reporter);
+}
+
+BOOST_AUTO_TEST_CASE(a_refused_orphan_report_gets_the_handlers_words_and_the_connection_stays) {
+    Fixture f;
+    const int fd = connect_raw(f.config.socket);
+    send_all(fd, "{\"op\":\"orphan\",\"container\":\"nowhere\"}\n");
+    BOOST_TEST(read_line(fd) == R"({"ok":false,"error":"no container matches \"nowhere\"; not reaped"})");
+    send_all(fd, "{\"op\":\"orphan\",\"container\":\"web\"}\n");
+    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    ::close(fd);
+    control::ControlClient client(f.config.socket);
+    try {
+        client.report_orphan("nowhere", "");
+        BOOST_FAIL("no error reply");
+    } catch (const control::ErrorReply& e) {
+        BOOST_TEST(std::string(e.what()).find("no container matches \"nowhere\"") != std::string::npos, e.what());
+    }
 }
 
 BOOST_AUTO_TEST_CASE(stop_while_a_status_is_pending) {

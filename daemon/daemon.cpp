@@ -49,7 +49,10 @@ std::string plural(std::size_t n, const char* word) {
 }  // namespace
 
 Daemon::Daemon(Config config, reaper::Engine& engine, DaemonOptions options)
-    : config_(std::move(config)), engine_(engine), options_(std::move(options)) {}
+    : config_(std::move(config)),
+      engine_(engine),
+      guard_(engine, GuardConfig::from(config_)),
+      options_(std::move(options)) {}
 
 Daemon::~Daemon() {
     stop_signal_thread();
@@ -75,8 +78,17 @@ std::string Daemon::ask(std::function<std::string(TimePoint)> fn) {
             promise->set_exception(std::current_exception());
         }
     });
-    if (future.wait_for(std::chrono::seconds{10}) != std::future_status::ready)
-        throw std::runtime_error("the daemon's main loop did not answer within 10s");
+    // A stop ends the loop with this message possibly still queued: the asker (the control
+    // server's status thread, which the stop joins) must not wait out its 10 s for it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+    while (future.wait_for(std::chrono::milliseconds{20}) != std::future_status::ready) {
+        {
+            std::lock_guard lock(queue_mutex_);
+            if (stop_requested_) throw std::runtime_error("reaperd is stopping");
+        }
+        if (std::chrono::steady_clock::now() > deadline)
+            throw std::runtime_error("the daemon's main loop did not answer within 10s");
+    }
     return future.get();
 }
 
@@ -127,30 +139,62 @@ void Daemon::end_session(const std::string& session) {
 }
 
 void Daemon::orphan_reported(const std::string& container, const std::string& session) {
-    post([this, container, session](TimePoint now) {
-        std::string name;
-        std::string owner = session;
-        auto known = registry_.containers.find(container);
-        if (known != registry_.containers.end()) {
-            if (!known->second.session) {
-                log(Priority::warning, {},
-                    "orphan report refused: the container carries no session label",
-                    container_fields(container, known->second.info.name, session, "none"));
-                return;
-            }
-            name = known->second.info.name;
-            owner = *known->second.session;
-        }
-        // An unknown container is queued too: the reaper inspects it before removing and
-        // leaves it alone unless it carries a session label.
-        if (config_.reaper.dry_run) {
-            metrics_.action("would_reap");
-            log(Priority::notice, message_id::would_reap, "dry run: would reap reported orphan",
-                container_fields(container, name, owner, "would_reap"));
-            return;
-        }
-        if (registry_.add_pending(container, name, owner, "orphan", now)) dirty_ = true;
+    PinnedOrphan orphan = pin_orphan(container, session);
+    // The loop owns the registry: it queues (or, in a dry run, says what it would do).
+    ask([this, orphan](TimePoint now) {
+        queue_orphan(orphan, now);
+        return std::string();
     });
+}
+
+// A reported name or id prefix is pinned to the full id it names now: a retry by name could
+// find another container that took the name meanwhile (issue 10).
+Daemon::PinnedOrphan Daemon::pin_orphan(const std::string& reference, const std::string& session) {
+    const auto config = guard_.config();
+    std::optional<std::string> expected;
+    if (!session.empty()) expected = session;
+    std::optional<reaper::ContainerInfo> info;
+    std::string problem;
+    try {
+        info = engine_.inspect(reference);
+    } catch (const reaper::NotFound&) {
+        problem = "no container matches \"" + reference + "\"";
+    } catch (const reaper::EngineError& e) {
+        // The engine answers an id prefix shared by several containers with an error too.
+        // A full id names one container for ever, so it can wait for the engine to answer:
+        // the door inspects and checks it before any call. Anything shorter cannot be pinned.
+        if (!is_full_container_id(reference))
+            problem = "cannot resolve \"" + reference + "\" to one container: " + describe(e);
+    }
+    PinnedOrphan orphan{info ? info->id : reference, info ? info->name : "", session};
+    if (info) {
+        auto owner = owning_session(info->labels, config->labels);
+        std::string subject = "container " + orphan.name + " (" + orphan.container + ")";
+        if (auto refusal = ownership_refusal(info->labels, *config, expected))
+            problem = *refusal == Outcome::refused_not_owned
+                          ? subject + " carries no session label; reaperd does not own it"
+                          : subject + " belongs to session " + owner.value_or("") + ", not " + session;
+        else
+            orphan.session = *owner;
+    }
+    if (!problem.empty()) {
+        auto fields = container_fields(orphan.container, orphan.name, session, "none");
+        fields.push_back({"ERROR", problem});
+        log(Priority::warning, {}, "orphan report refused: " + problem, std::move(fields));
+        throw Refused(problem + "; not reaped");
+    }
+    return orphan;
+}
+
+void Daemon::queue_orphan(const PinnedOrphan& orphan, TimePoint now) {
+    if (config_.reaper.dry_run) {
+        metrics_.action("would_reap");
+        log(Priority::notice, message_id::would_reap, "dry run: would reap reported orphan",
+            container_fields(orphan.container, orphan.name, orphan.session, "would_reap"));
+        return;
+    }
+    if (registry_.add_pending(orphan.container, orphan.name, orphan.session, "orphan", now))
+        dirty_ = true;
 }
 
 std::string Daemon::status_json() {
@@ -200,12 +244,34 @@ int Daemon::run() {
     return 0;
 }
 
+// A state file that cannot be read may hold pending reaps and tombstones that nothing else
+// knows: a transient error (EIO, EINTR on a network mount) is tried again, and one that stays
+// stops reaperd with the reason (systemd restarts it, its start limit then stops trying),
+// rather than starting empty and forgetting them.
+PersistedState Daemon::load_state_retrying(const StateStore& store) {
+    constexpr int attempts = 5;
+    constexpr auto pause = std::chrono::milliseconds{200};
+    for (int attempt = 1;; ++attempt) {
+        try {
+            return store.load();
+        } catch (const StateUnreadable& e) {
+            if (attempt == attempts)
+                throw std::runtime_error(std::string(e.what()) + " (" + std::to_string(attempts) +
+                                         " tries); not starting, so that the reaps and ended sessions it "
+                                         "holds are not forgotten: fix its permissions or storage, or move "
+                                         "it away to start afresh");
+            log(Priority::warning, {}, "state file cannot be read; trying again", {{"ERROR", e.what()}});
+            std::this_thread::sleep_for(pause);
+        }
+    }
+}
+
 void Daemon::start_up(TimePoint now) {
     log(Priority::info, {}, std::string("reaperd ") + REAPER_VERSION + " starting",
         {{"DRY_RUN", config_.reaper.dry_run ? "true" : "false"}});
     state_ = std::make_unique<StateStore>(config_.state.dir);
     try {
-        registry_.restore(state_->load(), config_.sessions.lease_grace, now);
+        registry_.restore(load_state_retrying(*state_), config_.sessions.lease_grace, now);
     } catch (const StateCorrupt& e) {
         std::string aside;
         try {
@@ -223,9 +289,8 @@ void Daemon::start_up(TimePoint now) {
     if (options_.log_caps) {
         LogCapper::Options capper_options;
         capper_options.logs = config_.logs;
-        capper_options.dry_run = config_.reaper.dry_run;
         try {
-            capper_ = std::make_unique<LogCapper>(engine_, capper_options);
+            capper_ = std::make_unique<LogCapper>(guard_, capper_options);
             capper_->start();
         } catch (const std::exception& e) {
             capper_.reset();
@@ -233,7 +298,7 @@ void Daemon::start_up(TimePoint now) {
         }
     }
 
-    pool_ = std::make_unique<ReaperPool>(engine_, config_.reaper.concurrency,
+    pool_ = std::make_unique<ReaperPool>(guard_, config_.reaper.concurrency,
                                          [this](ReapResult result) {
                                              post([this, result = std::move(result)](TimePoint t) {
                                                  on_reap_result(result, t);
@@ -313,7 +378,7 @@ void Daemon::apply_decisions(TimePoint now) {
             auto& pending = registry_.pending.at(id);
             pending.in_flight = true;
             ++in_flight_;
-            pool_->submit({id, config_.sessions.labels});
+            pool_->submit({id, expectation_for(pending, registry_), pending.reason});
         }
         if (d.end.empty() && d.reap.empty() && d.forget.empty()) break;
     }
@@ -406,8 +471,9 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
     pending.in_flight = false;
     auto fields = container_fields(result.container, pending.name, pending.session, "remove");
     fields.push_back({"REASON", pending.reason});
-    switch (result.outcome) {
-        case ReapOutcome::removed:
+    const Outcome outcome = result.result.outcome;
+    switch (outcome) {
+        case Outcome::acted:
             metrics_.reap_done();
             metrics_.action("reap");
             log(Priority::notice, message_id::container_reaped, "container reaped",
@@ -416,24 +482,32 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
             registry_.containers.erase(result.container);
             dirty_ = true;
             break;
-        case ReapOutcome::gone:
+        case Outcome::gone:
             log(Priority::info, {}, "container already gone; nothing to reap", std::move(fields));
             registry_.pending.erase(it);
             registry_.containers.erase(result.container);
             dirty_ = true;
             break;
-        case ReapOutcome::not_owned:
-            log(Priority::warning, {},
-                "not reaped: the container carries no session label; left alone",
-                std::move(fields));
+        case Outcome::refused_not_pinned:
+        case Outcome::refused_not_owned:
+        case Outcome::refused_other_session:
+        case Outcome::refused_session_alive:
+            // The door logged why. Never retried: a session that is alive again gets its
+            // containers queued afresh when it ends again (policy.hpp expectation_for).
             registry_.pending.erase(it);
             dirty_ = true;
             break;
-        case ReapOutcome::in_progress:
+        case Outcome::removing:
             // The engine is removing it already: look again soon without counting a failure.
             pending.next_attempt = now + config_.reaper.retry_initial;
             break;
-        case ReapOutcome::failed: {
+        case Outcome::dry_run:
+        case Outcome::not_running:
+            // A reload turned dry run on while this attempt ran (the door logged it): it stays
+            // pending, and is attempted again when dry run is off. (A remove is never
+            // not_running.)
+            break;
+        case Outcome::failed: {
             ++pending.failures;
             metrics_.reap_failed();
             std::uniform_real_distribution<double> jitter(0.0, 1.0);
@@ -441,7 +515,7 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
                                          config_.reaper.retry_max, jitter(random_));
             pending.next_attempt = now + delay;
             bool give_up_level = pending.failures >= config_.reaper.error_after_attempts;
-            fields.push_back({"ERROR", result.error});
+            fields.push_back({"ERROR", result.result.error});
             fields.push_back({"ATTEMPT", std::to_string(pending.failures)});
             fields.push_back({"RETRY_IN", format_duration(delay)});
             log(give_up_level ? Priority::err : Priority::warning, message_id::reap_failed,
@@ -487,7 +561,9 @@ void Daemon::publish_status() {
 }
 
 void Daemon::reload(TimePoint now) {
-    notify::reloading();
+    // Before the first READY, systemd is still waiting for start-up: a reload then must not
+    // announce readiness the engine has not given yet.
+    if (ready_) notify::reloading();
     try {
         Config fresh = options_.config_path.empty() ? config_ : load_config(options_.config_path);
         auto restart_needed = [&](bool changed, const char* key) {
@@ -508,6 +584,7 @@ void Daemon::reload(TimePoint now) {
         fresh.reaper.concurrency = config_.reaper.concurrency;
         bool labels_changed = fresh.sessions.labels != config_.sessions.labels;
         config_ = std::move(fresh);
+        guard_.configure(GuardConfig::from(config_));
         if (labels_changed) registry_.rederive_sessions(config_.sessions, now);
         watcher_->set_options({config_.reaper.retry_initial, config_.reaper.retry_max});
         if (capper_) capper_->reconfigure(config_.logs);
@@ -522,7 +599,7 @@ void Daemon::reload(TimePoint now) {
         log(Priority::err, {}, std::string("configuration not reloaded; keeping the running one: ") + e.what(),
             {{"CONFIG", options_.config_path}, {"ERROR", e.what()}});
     }
-    notify::ready();
+    if (ready_) notify::ready();
 }
 
 void Daemon::shut_down() {
@@ -647,8 +724,12 @@ std::string Daemon::render_status(TimePoint now) const {
     Poco::JSON::Object actions;
     auto all_actions = metrics_.actions();
     for (const auto& [kind, count] : capper_actions()) all_actions[kind] += count;
+    for (const auto& [kind, count] : refusals()) all_actions[kind] += count;
     for (const auto& [kind, count] : all_actions) actions.set(kind, count);
     counters.set("actions", actions);
+    Poco::JSON::Object guard;
+    for (const auto& [outcome, count] : guard_.counts()) guard.set(outcome, count);
+    counters.set("guard", guard);
     root.set("counters", counters);
     std::ostringstream out;
     root.stringify(out);
@@ -661,6 +742,12 @@ std::map<std::string, std::uint64_t> Daemon::capper_actions() const {
     return {{"truncate", c.truncations}, {"stop", c.stops}, {"kill", c.kills}, {"remove", c.removals}};
 }
 
+std::map<std::string, std::uint64_t> Daemon::refusals() const {
+    auto counts = guard_.counts();
+    std::erase_if(counts, [](const auto& entry) { return entry.first.rfind("refused_", 0) != 0; });
+    return counts;
+}
+
 std::string Daemon::render_metrics() const {
     Gauges gauges;
     gauges.tracked_containers = registry_.tracked_count();
@@ -669,6 +756,7 @@ std::string Daemon::render_metrics() const {
     gauges.engine_up = engine_state_ == EngineState::up;
     if (capper_) gauges.log_bytes_dropped = capper_->counters().log_bytes_dropped;
     gauges.log_actions = capper_actions();
+    for (const auto& [kind, count] : refusals()) gauges.log_actions[kind] += count;
     return metrics_.render(gauges);
 }
 

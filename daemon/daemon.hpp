@@ -12,13 +12,15 @@
 //    "tracked_containers": n, "pending_reaps": n,
 //    "pending": [{"container", "name", "session", "reason", "failures", "in_flight"}],
 //    "counters": {"reaps_done", "reaps_failed", "engine_reconnects", "log_bytes_dropped",
-//                 "actions": {"<kind>": n}}}
+//                 "actions": {"<kind>": n},
+//                 "guard": {"<outcome>": n}}}   (guard.hpp: what the door made of each call)
 // A session's deadline: grace -> when it ends; ended -> when its tombstone expires;
 // unclaimed -> when unclaimed_grace ends it (if set); leased -> null.
 #pragma once
 
 #include "config.hpp"
 #include "control_server.hpp"
+#include "guard.hpp"
 #include "metrics.hpp"
 #include "metrics_http.hpp"
 #include "reaper.hpp"
@@ -73,6 +75,9 @@ public:
     void lease_opened(const std::string& session, std::uint64_t connection_id) override;
     void lease_closed(const std::string& session, std::uint64_t connection_id) override;
     void end_session(const std::string& session) override;
+    // Pins the report on the calling thread (an inspect: a name or id prefix becomes the full
+    // id, checked for ownership and for `session`; throws Refused naming the problem), then
+    // queues the reap of that id on the loop. Every attempt acts on that id only.
     void orphan_reported(const std::string& container, const std::string& session) override;
     std::string status_json() override;
     std::string metrics_text() override;
@@ -83,6 +88,7 @@ private:
     // Runs `fn` on the loop and waits for its answer (control replies).
     std::string ask(std::function<std::string(TimePoint)> fn);
 
+    static PersistedState load_state_retrying(const StateStore& store);
     void start_up(TimePoint now);
     void turn(TimePoint now);
     void shut_down();
@@ -92,6 +98,13 @@ private:
 
     void on_watch(const WatchEvent& event, TimePoint now);
     void on_reap_result(const ReapResult& result, TimePoint now);
+    struct PinnedOrphan {
+        std::string container;  // the full id
+        std::string name;
+        std::string session;  // its session label's value (as reported, if not inspected yet)
+    };
+    PinnedOrphan pin_orphan(const std::string& reference, const std::string& session);
+    void queue_orphan(const PinnedOrphan& orphan, TimePoint now);
     void container_appeared(const watch::Appeared& appeared, TimePoint now);
     void container_gone(const std::string& id);
     void apply_decisions(TimePoint now);
@@ -101,10 +114,14 @@ private:
     std::string render_status(TimePoint now) const;
     std::string render_metrics() const;
     std::map<std::string, std::uint64_t> capper_actions() const;  // log-cap actions by kind
+    std::map<std::string, std::uint64_t> refusals() const;        // the door's, by reason
     std::string status_line() const;
 
     Config config_;
     reaper::Engine& engine_;
+    // The one door for every stop, kill and remove (the reaper's, the capper's); the loop
+    // installs config_ into it at each reload.
+    Guard guard_;
     DaemonOptions options_;
     Registry registry_;
     Metrics metrics_;

@@ -126,7 +126,8 @@ BOOST_AUTO_TEST_CASE(reaps_through_every_injected_fault_and_touches_nothing_else
             r.daemon.lease_opened("alive", 1);
             r.daemon.lease_opened("doomed", 2);
             r.daemon.end_session("doomed");
-            r.daemon.orphan_reported("bystander", "doomed");  // refused: no session label
+            BOOST_CHECK_THROW(r.daemon.orphan_reported("bystander", "doomed"),  // no session label
+                              Refused);
             BOOST_TEST(Running::wait([&] { return !engine.exists("victim"); }));
             BOOST_TEST(Running::wait([&] { return r.status()->getValue<int>("pending_reaps") == 0; }));
             BOOST_TEST(r.counter("reaps_failed") == c.expected_failures);
@@ -251,4 +252,103 @@ BOOST_AUTO_TEST_CASE(dry_run_removes_nothing) {
     std::this_thread::sleep_for(200ms);
     BOOST_TEST(engine.exists("c"));
     BOOST_TEST(engine.destructive_calls().empty());
+}
+
+// Issue 10, point 3: an orphan reported by name is pinned to the container's full id when it
+// is received; once that container is gone, a new container that took the name (of another,
+// leased session) is never touched by the retries.
+BOOST_AUTO_TEST_CASE(an_orphan_reported_by_name_is_retried_by_its_full_id_only) {
+    TempDir dir;
+    FakeEngine engine;
+    const std::string first(64, 'a'), second(64, 'b');
+    engine.add(first, {{"reaperd.session", "A"}});
+    engine.rename(first, "web");
+    engine.fail("remove", first, std::vector<Fault>(1000, test::server_error()));
+    Running r(fast_config(dir.path), engine);
+    r.daemon.orphan_reported("web", "A");
+    auto pending = r.status()->getArray("pending");
+    BOOST_REQUIRE(pending->size() == 1u);
+    BOOST_TEST(pending->getObject(0)->getValue<std::string>("container") == first);
+    BOOST_TEST(pending->getObject(0)->getValue<std::string>("name") == "web");
+    BOOST_TEST(Running::wait([&] { return r.counter("reaps_failed") >= 2; }));
+    // Removed by hand (with no event: only the retries can find out), and the name reused by
+    // a container of a leased session.
+    r.daemon.lease_opened("B", 1);
+    engine.drop_silently(first);
+    engine.add_silently(second, {{"reaperd.session", "B"}});
+    engine.rename(second, "web");
+    BOOST_TEST(Running::wait([&] { return r.status()->getValue<int>("pending_reaps") == 0; }));
+    std::this_thread::sleep_for(200ms);
+    BOOST_TEST(engine.exists(second));
+    BOOST_TEST(never_touched(engine, {second}));
+}
+
+BOOST_AUTO_TEST_CASE(an_orphan_report_that_names_no_owned_container_of_its_session_is_refused) {
+    TempDir dir;
+    FakeEngine engine;
+    engine.add("aaa1", {{"reaperd.session", "A"}});
+    engine.rename("aaa1", "web");
+    engine.add("aaa2", {{"reaperd.session", "A"}});
+    engine.add("plain", unlabeled);
+    Running r(fast_config(dir.path), engine);
+    auto refusal = [&](const std::string& container, const std::string& session) {
+        try {
+            r.daemon.orphan_reported(container, session);
+        } catch (const Refused& e) {
+            return std::string(e.what());
+        }
+        return std::string("(accepted)");
+    };
+    auto wrong_session = refusal("web", "B");
+    BOOST_TEST(wrong_session.find("session A, not B") != std::string::npos, wrong_session);
+    BOOST_TEST(wrong_session.find("aaa1") != std::string::npos, wrong_session);
+    BOOST_TEST(refusal("db", "") == "no container matches \"db\"; not reaped");
+    auto ambiguous = refusal("aaa", "A");
+    BOOST_TEST(ambiguous.find("multiple IDs found") != std::string::npos, ambiguous);
+    BOOST_TEST(refusal("plain", "").find("carries no session label") != std::string::npos);
+    std::this_thread::sleep_for(100ms);
+    BOOST_TEST(r.status()->getValue<int>("pending_reaps") == 0);
+    BOOST_TEST(engine.destructive_calls().empty());
+    // A unique prefix is pinned to its full id.
+    r.daemon.orphan_reported("aaa2", "");
+    BOOST_TEST(Running::wait([&] { return !engine.exists("aaa2"); }));
+    BOOST_TEST(engine.exists("aaa1"));
+}
+
+// A full id reported while the engine is away is queued unverified (nothing else can take a
+// full id); the door checks it when the engine is back, and leaves an unowned one alone.
+BOOST_AUTO_TEST_CASE(a_full_id_reported_while_the_engine_is_away_is_checked_by_the_door) {
+    TempDir dir;
+    FakeEngine engine;
+    const std::string theirs(64, 'c');
+    engine.add(theirs, unlabeled);
+    Running r(fast_config(dir.path), engine);
+    engine.set_down(true);
+    BOOST_CHECK_THROW(r.daemon.orphan_reported("cccc", ""), Refused);  // a prefix cannot wait
+    r.daemon.orphan_reported(theirs, "");
+    BOOST_TEST(r.status()->getValue<int>("pending_reaps") == 1);
+    engine.set_down(false);
+    BOOST_TEST(Running::wait([&] { return r.status()->getValue<int>("pending_reaps") == 0; }));
+    BOOST_TEST(engine.exists(theirs));
+    BOOST_TEST(engine.destructive_calls().empty());
+    BOOST_TEST(r.status()->getObject("counters")->getObject("guard")->getValue<int>("refused_not_owned") == 1);
+}
+
+// A session leased again while a reap of its end is still being retried is alive: the door
+// refuses, and its containers are reaped when it ends again.
+BOOST_AUTO_TEST_CASE(a_reap_for_a_session_alive_again_waits_for_its_next_end) {
+    TempDir dir;
+    FakeEngine engine;
+    engine.add("c", doomed);
+    engine.fail("remove", "c", std::vector<Fault>(1000, test::server_error()));
+    Running r(fast_config(dir.path), engine);
+    r.daemon.end_session("doomed");
+    BOOST_TEST(Running::wait([&] { return r.counter("reaps_failed") >= 1; }));
+    r.daemon.lease_opened("doomed", 7);
+    engine.clear_faults();
+    BOOST_TEST(Running::wait([&] { return r.status()->getValue<int>("pending_reaps") == 0; }));
+    BOOST_TEST(engine.exists("c"));
+    BOOST_TEST(r.status()->getObject("counters")->getObject("guard")->getValue<int>("refused_session_alive") >= 1);
+    r.daemon.lease_closed("doomed", 7);  // lease_grace 100ms, then it ends again
+    BOOST_TEST(Running::wait([&] { return !engine.exists("c"); }));
 }

@@ -106,6 +106,17 @@ public:
         info.state.status = "running";
         containers_[id] = info;
     }
+    // Names it as `docker create --name` would (a name is what an orphan report may give).
+    void rename(const std::string& id, const std::string& name) {
+        std::lock_guard lock(mutex_);
+        containers_.at(id).name = name;
+    }
+    // Removes a container the event streams never hear about (removed behind reaperd's
+    // back while its events were lost: only an inspect or a list can tell).
+    void drop_silently(const std::string& id) {
+        std::lock_guard lock(mutex_);
+        containers_.erase(id);
+    }
     void drop(const std::string& id) {
         std::lock_guard lock(mutex_);
         containers_.erase(id);
@@ -117,6 +128,10 @@ public:
         std::lock_guard lock(mutex_);
         auto& queue = faults_[op + "/" + id];
         for (auto& f : faults) queue.push_back(std::move(f));
+    }
+    void clear_faults() {
+        std::lock_guard lock(mutex_);
+        faults_.clear();
     }
     // While down, every call fails Unreachable and open streams break.
     void set_down(bool down) {
@@ -179,12 +194,24 @@ public:
         }
         return out;
     }
-    reaper::ContainerInfo inspect(const std::string& id) override {
+    // Resolves `reference` as the engine does: the exact id, else a name, else an id prefix
+    // that only one container has (one that several have is a 500, as dockerd answers it).
+    reaper::ContainerInfo inspect(const std::string& reference) override {
         std::lock_guard lock(mutex_);
-        check_locked("inspect", id);
-        auto it = containers_.find(id);
-        if (it == containers_.end()) throw reaper::NotFound(404, "No such container: " + id, id);
-        return it->second;
+        check_locked("inspect", reference);
+        if (auto it = containers_.find(reference); it != containers_.end()) return it->second;
+        for (const auto& [id, info] : containers_)
+            if (info.name == reference) return info;
+        const reaper::ContainerInfo* match = nullptr;
+        for (const auto& [id, info] : containers_) {
+            if (id.rfind(reference, 0) != 0) continue;
+            if (match)
+                throw reaper::ServerError(500, "multiple IDs found with provided prefix: " + reference,
+                                          "inspect " + reference);
+            match = &info;
+        }
+        if (!match) throw reaper::NotFound(404, "No such container: " + reference, reference);
+        return *match;
     }
     std::string create(const reaper::ContainerSpec&) override {
         throw reaper::BadRequest(400, "not scripted", "create");

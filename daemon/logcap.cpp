@@ -464,6 +464,8 @@ struct LogCapper::Loop {
     std::vector<logcap::CapTarget> targets;
 
     void decide_and_act(Clock::time_point now) {
+        // Read at each round: a reload that turns dry run on reaches the capper at once.
+        const bool dry_run = owner.guard_.config()->dry_run;
         order.clear();
         std::size_t n = 0;
         for (auto& [id, w] : containers) {
@@ -476,19 +478,19 @@ struct LogCapper::Loop {
             t.log_bytes = w.log_bytes();
             t.headroom_bytes = logcap::headroom_for(w.growth.bytes_per_second());
             t.halted = w.halted;
-            t.busy = w.busy || now < w.retry_at || (options().dry_run && w.would_logged);
+            t.busy = w.busy || now < w.retry_at || (dry_run && w.would_logged);
             order.push_back(&w);
         }
         targets.resize(n);
         for (const auto& d : logcap::decide(targets, logs)) {
             Watched& w = *order[d.target];
-            if (options().dry_run) {
+            if (dry_run) {
                 would(w, d.action, d.reason);
             } else if (d.action == LogAction::truncate) {
                 truncate(w, d.reason, now);
             } else if (!w.info.session.empty()) {  // the policy's rule, held once more here
                 w.busy = true;
-                owner.submit(Job{w.info.id, w.info.session, d.action, d.reason, w.log_bytes()});
+                owner.submit(Job{w.info.id, d.action, d.reason, w.log_bytes()});
             }
         }
     }
@@ -518,21 +520,44 @@ struct LogCapper::Loop {
         return std::max<Clock::duration>(gap, options().min_check_interval);
     }
 
-    // The worker's answer to a job.
-    void job_done(const Job& job, bool done, bool halted, const std::string& error) {
+    // The worker's answer to a job: what the door made of it.
+    void job_done(const Job& job, const GuardResult& result) {
         auto it = containers.find(job.id);
         if (it == containers.end()) return;
         Watched& w = it->second;
         w.busy = false;
         measure(w, Clock::now(), false);
-        if (halted) w.halted = true;
+        switch (result.outcome) {
+            case Outcome::acted: break;
+            case Outcome::gone:
+            case Outcome::removing:
+            case Outcome::not_running:
+                w.halted = true;  // gone, going, or stopped already (by us, or it exited)
+                return;
+            case Outcome::dry_run:
+                w.would_logged = true;  // the door logged it; not again while the dry run lasts
+                return;
+            case Outcome::refused_not_owned:
+                // Not session-owned under the labels now in force (a reload changed them):
+                // from now on it is what an unowned container is to the capper, at most cut.
+                w.info.session.clear();
+                refresh(w);
+                return;
+            case Outcome::refused_not_pinned:
+            case Outcome::refused_other_session:
+            case Outcome::refused_session_alive:
+                w.halted = true;  // the door logged why; nothing more until it is fed again
+                return;
+            case Outcome::failed: break;
+        }
         auto fields = container_fields(w, std::string(to_string(job.action)));
         fields.push_back({"LOG_BYTES_BEFORE", std::to_string(job.log_bytes_before)});
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
         fields.push_back({"REASON", logcap::to_string(job.reason)});
         std::string subject = "container " + w.info.name + " (" + short_id(w.info.id) + ")";
-        if (done) {
+        if (result.outcome == Outcome::acted) {
+            w.halted = true;
             record(Priority::notice, message_id::log_capped,
                    std::string(job.action == LogAction::stop   ? "stopped "
                                : job.action == LogAction::kill ? "killed "
@@ -543,19 +568,27 @@ struct LogCapper::Loop {
                             ? ", cap " + format_size(w.cap.cap_bytes)
                             : ", over the total budget " + format_size(logs.total_max_size_bytes)),
                    std::move(fields));
-        } else if (!error.empty()) {
+        } else {
             w.retry_at = Clock::now() + options().retry_interval;
-            fields.push_back({"ERROR", error});
+            fields.push_back({"ERROR", result.error});
             record(Priority::warning, {},
                    "could not " + std::string(to_string(job.action)) + " " + subject +
-                       " over its log cap: " + error + "; will retry",
+                       " over its log cap: " + result.error + "; will retry",
                    std::move(fields));
         }
     }
 };
 
+LogCapper::LogCapper(Guard& guard, Options options) : LogCapper(nullptr, &guard, std::move(options)) {}
+
+// `options` is passed on as a copy: its sink is read for the door in the same call.
 LogCapper::LogCapper(reaper::Engine& engine, Options options)
-    : engine_(engine), options_(std::move(options)) {
+    : LogCapper(std::make_unique<Guard>(engine, GuardConfig{}, options.sink), nullptr, options) {}
+
+LogCapper::LogCapper(std::unique_ptr<Guard> own_guard, Guard* shared_guard, Options options)
+    : own_guard_(std::move(own_guard)),
+      guard_(shared_guard ? *shared_guard : *own_guard_),
+      options_(std::move(options)) {
     loop_ = std::make_unique<Loop>(*this, options_.logs);
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::system_error(errno, std::system_category(), "eventfd");
@@ -702,36 +735,23 @@ void LogCapper::run_worker() {
             job = std::move(jobs_.front());
             jobs_.pop_front();
         }
-        bool done = false;
-        bool halted = false;
-        std::string error;
-        try {
-            if (job.action == LogAction::remove) {
-                engine_.remove(job.id, reaper::RemoveOptions{true, true});
-                done = halted = true;
-            } else if (!engine_.inspect(job.id).state.running) {
-                halted = true;  // stopped already (by us, or it exited): nothing to do
-            } else {
-                if (job.action == LogAction::stop)
-                    engine_.stop(job.id, options_.stop_grace);
-                else
-                    engine_.kill(job.id, "SIGKILL");
-                done = halted = true;
-            }
-        } catch (const reaper::NotFound&) {
-            halted = true;  // gone already
-        } catch (const std::exception& e) {
-            error = e.what();
-        }
-        if (done) {
+        GuardRequest request;
+        request.container = job.id;
+        request.act = job.action == LogAction::stop   ? ContainerAct::stop
+                      : job.action == LogAction::kill ? ContainerAct::kill
+                                                      : ContainerAct::remove;
+        request.reason = logcap::to_string(job.reason);
+        request.stop_grace = options_.stop_grace;
+        GuardResult result = guard_.act(request);
+        if (result.outcome == Outcome::acted) {
             auto& counter = job.action == LogAction::stop   ? counters_.stops
                             : job.action == LogAction::kill ? counters_.kills
                                                             : counters_.removals;
             counter++;
-        } else if (!error.empty()) {
+        } else if (result.outcome == Outcome::failed) {
             counters_.action_failures++;
         }
-        post([job, done, halted, error](Loop& loop) { loop.job_done(job, done, halted, error); });
+        post([job, result = std::move(result)](Loop& loop) { loop.job_done(job, result); });
     }
 }
 

@@ -7,11 +7,13 @@
 // one round of checks per check gap (Options::min_check_interval); and every logs.check_interval a full
 // re-measure of every log, as a backstop for anything inotify missed. Deciding is pure
 // (logcap_policy.hpp). Truncation happens on the watcher thread itself, so a cut comes
-// within microseconds of the check; stop, kill and remove go through the Engine on a
+// within microseconds of the check; stop, kill and remove go through the guarded door
+// (guard.hpp: a fresh inspect, ownership under the current sessions.labels, dry run) on a
 // worker thread, so a slow engine never delays another container's cut.
 #pragma once
 
 #include "config.hpp"
+#include "guard.hpp"
 #include "log.hpp"
 #include "logcap_policy.hpp"
 
@@ -54,14 +56,10 @@ struct LogCapCounters {
     std::uint64_t check_rounds = 0;     // times the watcher woke and re-measured logs
 };
 
-using LogSink = std::function<void(Priority, std::string_view message_id, std::string_view message,
-                                   std::vector<LogField> fields)>;
-
 class LogCapper {
 public:
     struct Options {
         LogsConfig logs;
-        bool dry_run = false;  // log what would be done; cut, stop, kill and remove nothing
         // The gap between two rounds of inotify-driven checks, which is what bounds the
         // capper's CPU while a log is being written: a writer keeps an event pending all the
         // time, so each round is one wake-up. The gap adapts: half the time the fastest log
@@ -85,6 +83,12 @@ public:
     };
 
     // Does not start the thread. Throws std::system_error if inotify is unavailable.
+    // Stops, kills and removes go through `guard`, the daemon's one door: its config (labels,
+    // reaper.dry_run, as the last reload left them) decides, not what the capper cached when
+    // the container was added. In a dry run the capper cuts nothing either.
+    LogCapper(Guard& guard, Options options);
+    // A capper alone (tools, benchmarks): a door of its own on `engine`, with the default
+    // sessions.labels and no dry run; its refusals go to options.sink.
     LogCapper(reaper::Engine& engine, Options options);
     ~LogCapper();  // stop()
     LogCapper(const LogCapper&) = delete;
@@ -101,7 +105,9 @@ public:
     // (unowned with scope `sessions`) is ignored; one whose driver writes no file the capper
     // can cut is reported once (warning) and not capped; a cap label that does not parse
     // is reported once (warning) and the default applies. A container the capper stopped,
-    // killed or removed is acted on again only after it is added again (started again).
+    // killed or removed is acted on again only after it is added again (started again). One
+    // the door refuses as not owned (sessions.labels changed since it was added) is treated
+    // as unowned from then on: with scope `all` it is only cut, with `sessions` left alone.
     void add(ContainerLog container);
     void remove(const std::string& id);
     void reconfigure(const LogsConfig& logs);
@@ -115,18 +121,19 @@ private:
     // A stop, kill or remove for the worker thread.
     struct Job {
         std::string id;
-        std::string session;  // never empty: only session-owned containers get jobs
         LogAction action = LogAction::stop;
         logcap::CapReason reason = logcap::CapReason::own_cap;
         std::uint64_t log_bytes_before = 0;
     };
 
+    LogCapper(std::unique_ptr<Guard> own_guard, Guard* shared_guard, Options options);
     void run_watcher();
     void run_worker();
     void post(std::function<void(Loop&)> message);
     void submit(Job job);
 
-    reaper::Engine& engine_;
+    std::unique_ptr<Guard> own_guard_;  // only for a capper alone
+    Guard& guard_;
     Options options_;
     std::unique_ptr<Loop> loop_;  // the watcher's state; touched only on its thread
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -244,6 +245,11 @@ public:
     }
     std::atomic<bool> running{true};
     std::atomic<bool> fail{false};
+    // What inspect answers as each container's labels (the door checks ownership there).
+    void label(const std::string& id, reaper::Labels labels) {
+        std::lock_guard lock(mutex_);
+        labels_[id] = std::move(labels);
+    }
 
     void ping() override {}
     reaper::VersionInfo version() override { return {}; }
@@ -254,6 +260,8 @@ public:
         reaper::ContainerInfo info;
         info.id = id;
         info.state.running = running;
+        std::lock_guard lock(mutex_);
+        if (auto it = labels_.find(id); it != labels_.end()) info.labels = it->second;
         return info;
     }
     std::string create(const reaper::ContainerSpec&) override { return {}; }
@@ -281,6 +289,7 @@ private:
     }
     std::mutex mutex_;
     std::vector<Call> calls_;
+    std::map<std::string, reaper::Labels> labels_;
 };
 
 struct Record {
@@ -333,6 +342,7 @@ struct Fixture {
         c.session = session;
         c.log_driver = driver;
         c.docker_root_dir = root.string();
+        if (!session.empty()) engine.label(id, {{"reaperd.session", session}});
         fs::create_directories(root / "containers" / id);
         if (driver == "json-file") {
             c.log_path = (root / "containers" / id / (id + "-json.log")).string();
@@ -610,7 +620,7 @@ BOOST_AUTO_TEST_CASE(a_failed_stop_is_retried_with_a_warning) {
     auto warnings = f.records.with("ACTION", "stop");
     BOOST_TEST_REQUIRE(!warnings.empty());
     BOOST_TEST((warnings[0].priority == Priority::warning));
-    BOOST_TEST(warnings[0].fields["ERROR"].find("fake engine failed") != std::string::npos);
+    BOOST_TEST(warnings[0].fields["ERROR"] == "engine error 500: boom");  // the engine's own words
     f.engine.fail = false;
     BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().stops == 1u; }));
 }
@@ -633,8 +643,8 @@ BOOST_AUTO_TEST_CASE(scope_sessions_leaves_unowned_logs_alone) {
 BOOST_AUTO_TEST_CASE(dry_run_only_logs) {
     Fixture f;
     auto options = f.options(logs_config(LogAction::remove, LogScope::sessions, 1 * MiB));
-    options.dry_run = true;
-    LogCapper capper(f.engine, options);
+    Guard guard(f.engine, {{"reaperd.session"}, true}, f.records.sink());
+    LogCapper capper(guard, options);
     capper.start();
     auto c = f.container("b4", "s1");
     capper.add(c);
@@ -645,6 +655,62 @@ BOOST_AUTO_TEST_CASE(dry_run_only_logs) {
     BOOST_TEST(f.records.with("ACTION", "would-remove").size() == 1u);
     BOOST_TEST(size_of(c.log_path) == 2 * MiB);
     BOOST_TEST(f.engine.calls().empty());
+}
+
+// Issue 10: the capper used to act on the ownership it cached when the container was added,
+// and on the dry run it was started with. Its stop, kill and remove now go through the door,
+// which checks the config the last reload installed.
+BOOST_AUTO_TEST_CASE(after_a_reload_that_drops_the_label_key_nothing_is_stopped_killed_or_removed) {
+    for (auto scope : {LogScope::sessions, LogScope::all}) {
+        for (auto action : {LogAction::stop, LogAction::kill, LogAction::remove}) {
+            const std::string op(reaperd::to_string(action));
+            BOOST_TEST_CONTEXT("action " << op << ", scope " << reaperd::to_string(scope)) {
+                Fixture f;
+                Guard guard(f.engine, {}, f.records.sink());
+                LogCapper capper(guard, f.options(logs_config(action, scope, 1 * MiB)));
+                capper.start();
+                auto c = f.container("ab", "s1");
+                capper.add(c);
+                BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+                guard.configure({{"org.testcontainers.sessionId"}, false});  // the reload
+                append(c.log_path, 2 * MiB);
+                BOOST_TEST_REQUIRE(
+                    eventually([&] { return f.records.with("REFUSAL", "refused_not_owned").size() == 1u; }));
+                if (scope == LogScope::sessions) {
+                    BOOST_TEST(eventually([&] { return capper.watched() == 0u; }));  // left alone
+                } else {
+                    BOOST_TEST(eventually([&] { return size_of(c.log_path) < MiB; }));  // only cut
+                }
+                std::this_thread::sleep_for(300ms);
+                for (const auto& call : f.engine.calls()) BOOST_TEST(call.op == "inspect");
+                BOOST_TEST(f.records.with("REFUSAL", "refused_not_owned").size() == 1u);
+                BOOST_TEST(f.records.with("ACTION", op).empty());
+                auto counters = capper.counters();
+                BOOST_TEST(counters.stops + counters.kills + counters.removals == 0u);
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_reload_to_dry_run_and_back_reaches_the_capper) {
+    Fixture f;
+    Guard guard(f.engine, {}, f.records.sink());
+    LogCapper capper(guard, f.options(logs_config(LogAction::remove, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("ac", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    guard.configure({{"reaperd.session"}, true});  // the reload
+    append(c.log_path, 2 * MiB);
+    BOOST_TEST_REQUIRE(eventually([&] { return f.records.with("ACTION", "would-remove").size() == 1u; }));
+    std::this_thread::sleep_for(300ms);
+    BOOST_TEST(f.engine.calls().empty());
+    BOOST_TEST(size_of(c.log_path) == 2 * MiB);
+    guard.configure({});  // and back: the capper acts at once
+    append(c.log_path, 1024);
+    BOOST_TEST(eventually([&] { return capper.counters().removals == 1u; }));
+    auto calls = f.engine.calls();
+    BOOST_TEST(std::count_if(calls.begin(), calls.end(), [](const auto& call) { return call.op == "remove"; }) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(repeated_cuts_are_coalesced_into_one_record_per_interval) {

@@ -86,6 +86,19 @@ Decision decide(const Registry& registry, const Config& config, TimePoint now) {
     return d;
 }
 
+Expectation expectation_for(const PendingReap& reap, const Registry& registry) {
+    Expectation expect;
+    if (!reap.session.empty()) expect.session = reap.session;
+    if (reap.reason == "session_ended") {
+        auto it = registry.sessions.find(reap.session);
+        if (it != registry.sessions.end()) {
+            SessionState state = it->second.state();
+            expect.session_alive = state == SessionState::leased || state == SessionState::grace;
+        }
+    }
+    return expect;
+}
+
 Duration retry_delay(unsigned failures, Duration initial, Duration max, double jitter) {
     if (failures == 0) return Duration{0};
     Duration delay = initial;

@@ -36,6 +36,14 @@ struct Decision {
 // session (under config.sessions.labels) are never considered.
 Decision decide(const Registry& registry, const Config& config, TimePoint now);
 
+// What the loop tells the door (guard.hpp) with each attempt of a pending reap: the session
+// it was queued for, and, for a reap because that session ended, whether the session is
+// alive again (leased, or in its lease grace); the door then refuses and the reap is
+// dropped, to be queued again when the session ends again. A max_age reap or an orphan
+// report acts whatever the session's liveness: the container's age, or its owner's own
+// report, is the reason.
+Expectation expectation_for(const PendingReap& reap, const Registry& registry);
+
 // The delay before retry number `failures` (1 = after the first failure): doubling from
 // `initial`, capped at `max`, then scaled into [50%, 100%] by `jitter` in [0, 1].
 Duration retry_delay(unsigned failures, Duration initial, Duration max, double jitter);

@@ -168,3 +168,40 @@ BOOST_AUTO_TEST_CASE(retry_delay_doubles_caps_and_jitters) {
         BOOST_TEST(retry_delay(c.failures, 1s, 60s, c.jitter).count() == c.expected_ms,
                    "failures=" << c.failures << " jitter=" << c.jitter);
 }
+
+// What the loop tells the door with each attempt: the session the reap was queued for, and
+// whether that session is alive now. Only a reap because the session ended depends on it.
+BOOST_AUTO_TEST_CASE(each_attempt_tells_the_door_the_session_and_its_liveness) {
+    Registry r;
+    r.lease_opened("leased", 1, t0);
+    r.lease_opened("grace", 2, t0);
+    r.lease_closed("grace", 2, 10s, t0);
+    r.end_session("ended", "end", t0);
+    r.lease_opened("revived", 3, t0);  // ended, then leased again: alive
+    r.end_session("revived", "end", t0);
+    r.lease_opened("revived", 4, t0);
+    r.lease_opened("ended-while-leased", 5, t0);  // an explicit end wins over its open lease
+    r.end_session("ended-while-leased", "end", t0);
+    struct Row {
+        std::string session;
+        std::string reason;
+        Expectation expected;
+    } rows[] = {
+        {"leased", "session_ended", {"leased", true}},
+        {"grace", "session_ended", {"grace", true}},
+        {"revived", "session_ended", {"revived", true}},
+        {"ended", "session_ended", {"ended", false}},
+        {"ended-while-leased", "session_ended", {"ended-while-leased", false}},
+        {"forgotten", "session_ended", {"forgotten", false}},
+        {"leased", "orphan", {"leased", false}},   // its owner's own report
+        {"leased", "max_age", {"leased", false}},  // its age is the reason
+        {"", "orphan", {std::nullopt, false}},     // an unverified full id: the door checks
+    };
+    for (const auto& row : rows) {
+        PendingReap reap;
+        reap.container = "c";
+        reap.session = row.session;
+        reap.reason = row.reason;
+        BOOST_TEST((expectation_for(reap, r) == row.expected), row.session << "/" << row.reason);
+    }
+}

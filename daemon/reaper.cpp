@@ -1,83 +1,20 @@
 #include "reaper.hpp"
 
-#include "registry.hpp"
-
 #include <algorithm>
-#include <cctype>
 
 namespace reaperd {
 
-namespace {
-bool removal_in_progress(const reaper::EngineError& e) {
-    std::string text = e.engine_message().empty() ? e.what() : e.engine_message();
-    std::transform(text.begin(), text.end(), text.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return text.find("already in progress") != std::string::npos;
+ReapResult reap_once(Guard& guard, const ReapJob& job) {
+    GuardRequest request;
+    request.container = job.container;
+    request.act = ContainerAct::remove;
+    request.expect = job.expect;
+    request.reason = job.reason;
+    return {job.container, guard.act(request)};
 }
 
-std::string describe(const reaper::EngineError& e) {
-    std::string text = std::string(reaper::to_string(e.kind()));
-    if (e.status()) text += " " + std::to_string(e.status());
-    text += ": ";
-    text += e.engine_message().empty() ? e.what() : e.engine_message();
-    return text;
-}
-}  // namespace
-
-const char* to_string(ReapOutcome outcome) {
-    switch (outcome) {
-        case ReapOutcome::removed: return "removed";
-        case ReapOutcome::gone: return "gone";
-        case ReapOutcome::in_progress: return "in_progress";
-        case ReapOutcome::not_owned: return "not_owned";
-        case ReapOutcome::failed: return "failed";
-    }
-    return "failed";
-}
-
-ReapResult reap_once(reaper::Engine& engine, const ReapJob& job) {
-    ReapResult result;
-    result.container = job.container;
-    try {
-        reaper::ContainerInfo info;
-        try {
-            info = engine.inspect(job.container);
-        } catch (const reaper::NotFound&) {
-            result.outcome = ReapOutcome::gone;
-            return result;
-        }
-        if (!owning_session(info.labels, job.label_keys)) {
-            result.outcome = ReapOutcome::not_owned;
-            return result;
-        }
-        if (info.state.status == "removing") {
-            result.outcome = ReapOutcome::in_progress;
-            return result;
-        }
-        reaper::RemoveOptions options;
-        options.force = true;
-        options.volumes = true;
-        // Remove by the full id from inspect: a name could have been reused meanwhile.
-        engine.remove(info.id.empty() ? job.container : info.id, options);
-        result.outcome = ReapOutcome::removed;
-    } catch (const reaper::NotFound&) {
-        result.outcome = ReapOutcome::gone;
-    } catch (const reaper::EngineError& e) {
-        if (e.kind() == reaper::EngineErrorKind::Conflict && removal_in_progress(e)) {
-            result.outcome = ReapOutcome::in_progress;
-        } else {
-            result.outcome = ReapOutcome::failed;
-            result.error = describe(e);
-        }
-    } catch (const std::exception& e) {
-        result.outcome = ReapOutcome::failed;
-        result.error = e.what();
-    }
-    return result;
-}
-
-ReaperPool::ReaperPool(reaper::Engine& engine, unsigned workers, ResultSink sink)
-    : engine_(engine), sink_(std::move(sink)) {
+ReaperPool::ReaperPool(Guard& guard, unsigned workers, ResultSink sink)
+    : guard_(guard), sink_(std::move(sink)) {
     workers = std::max(1u, workers);
     for (unsigned i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
 }
@@ -123,7 +60,7 @@ void ReaperPool::work() {
             job = std::move(queue_.front());
             queue_.pop_front();
         }
-        sink_(reap_once(engine_, job));
+        sink_(reap_once(guard_, job));
     }
 }
 

@@ -1,12 +1,11 @@
-// The reaper: a pool of worker threads that each make one removal attempt per job and
-// report the outcome. Retrying, backoff and bookkeeping stay with the main loop; a worker
-// only ever touches the one container of its job, and only if it still carries an
-// ownership label.
+// The reaper: a pool of worker threads that each make one removal attempt per job, through
+// the guarded door (guard.hpp), and report the outcome. Retrying, backoff and bookkeeping
+// stay with the main loop; a worker only ever asks the door about the one container of its
+// job, by the full id the loop pinned.
 #pragma once
 
-#include <reaper/engine.hpp>
+#include "guard.hpp"
 
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -18,28 +17,18 @@
 namespace reaperd {
 
 struct ReapJob {
-    std::string container;
-    std::vector<std::string> label_keys;  // sessions.labels when the job was made
+    std::string container;  // the full id
+    Expectation expect;     // what the loop knows: the session, and whether it is alive
+    std::string reason;     // "session_ended", "max_age", "orphan"
 };
-
-enum class ReapOutcome {
-    removed,      // force-removed (with anonymous volumes) by this attempt
-    gone,         // 404 at inspect or remove: someone else removed it; done
-    in_progress,  // the engine is already removing it: look again shortly
-    not_owned,    // it carries no ownership label: left alone, never to be touched
-    failed,       // anything else: retry with backoff
-};
-const char* to_string(ReapOutcome outcome);
 
 struct ReapResult {
     std::string container;
-    ReapOutcome outcome = ReapOutcome::failed;
-    std::string error;  // for failed: the engine's error text
+    GuardResult result;
 };
 
-// One attempt, synchronously: inspect (re-checking the ownership label), then
-// remove(force, volumes). Never throws.
-ReapResult reap_once(reaper::Engine& engine, const ReapJob& job);
+// One attempt, synchronously: the door's force-remove (with anonymous volumes). Never throws.
+ReapResult reap_once(Guard& guard, const ReapJob& job);
 
 class ReaperPool {
 public:
@@ -47,7 +36,7 @@ public:
 
     // Starts `workers` threads (at least 1); every finished attempt goes to `sink`, called
     // on a worker thread.
-    ReaperPool(reaper::Engine& engine, unsigned workers, ResultSink sink);
+    ReaperPool(Guard& guard, unsigned workers, ResultSink sink);
     ~ReaperPool();  // stop()
     ReaperPool(const ReaperPool&) = delete;
     ReaperPool& operator=(const ReaperPool&) = delete;
@@ -61,7 +50,7 @@ public:
 private:
     void work();
 
-    reaper::Engine& engine_;
+    Guard& guard_;
     ResultSink sink_;
     std::mutex mutex_;
     std::condition_variable wake_;

@@ -14,73 +14,62 @@ using reaperd::test::FakeEngine;
 using reaperd::test::Fault;
 
 namespace {
-const std::vector<std::string> keys{"reaperd.session"};
 const reaper::Labels owned{{"reaperd.session", "s"}};
+LogSink quiet() {
+    return [](Priority, std::string_view, std::string_view, std::vector<LogField>) {};
+}
+ReapJob job(const std::string& container, const std::string& reason,
+            const std::string& session = "", bool alive = false) {
+    ReapJob j;
+    j.container = container;
+    j.reason = reason;
+    if (!session.empty()) j.expect.session = session;
+    j.expect.session_alive = alive;
+    return j;
+}
 }  // namespace
 
-// The fault table: what one attempt makes of each answer the engine can give.
-BOOST_AUTO_TEST_CASE(one_attempt_under_each_injected_fault) {
-    struct Case {
-        const char* name;
-        std::string op;  // which call fails ("" = none)
-        std::vector<Fault> faults;
-        ReapOutcome expected;
-        bool removed;
-    } cases[] = {
-        {"clean", "", {}, ReapOutcome::removed, true},
-        {"409 running (force removes it)", "", {}, ReapOutcome::removed, true},
-        {"409 removal in progress", "remove", {test::removal_in_progress()}, ReapOutcome::in_progress, false},
-        {"409 other conflict", "remove", {test::conflict_running()}, ReapOutcome::failed, false},
-        {"500 on remove", "remove", {test::server_error()}, ReapOutcome::failed, false},
-        {"500 on inspect", "inspect", {test::server_error()}, ReapOutcome::failed, false},
-        {"timeout on remove", "remove", {test::timeout()}, ReapOutcome::failed, false},
-        {"unreachable on inspect", "inspect", {test::unreachable()}, ReapOutcome::failed, false},
-        {"404 on remove", "remove", {{reaper::EngineErrorKind::NotFound, 404, "No such container"}},
-         ReapOutcome::gone, false},
-        {"404 on inspect", "inspect", {{reaper::EngineErrorKind::NotFound, 404, "No such container"}},
-         ReapOutcome::gone, false},
-    };
-    for (const auto& c : cases) {
-        FakeEngine engine;
-        engine.add("c1", owned);
-        if (!c.op.empty()) engine.fail(c.op, "c1", c.faults);
-        ReapResult r = reap_once(engine, {"c1", keys});
-        BOOST_TEST(r.container == "c1");
-        BOOST_TEST(to_string(r.outcome) == to_string(c.expected), c.name);
-        BOOST_TEST(!engine.exists("c1") == c.removed, c.name);
-        if (c.expected == ReapOutcome::failed) BOOST_TEST(!r.error.empty(), c.name);
-    }
-}
-
-BOOST_AUTO_TEST_CASE(never_removes_a_container_without_an_ownership_label) {
+// One attempt is the door's remove: force, volumes, by the job's full id, with what the loop
+// knows of the session. (The door's own fault table is in guard_test.)
+BOOST_AUTO_TEST_CASE(an_attempt_passes_what_the_loop_knows_to_the_door) {
     FakeEngine engine;
+    Guard guard(engine, {}, quiet());
     engine.add("mine", {{"reaperd.session", "s"}});
     engine.add("theirs", {{"app", "db"}});
-    engine.add("other-key", {{"org.testcontainers.sessionId", "s"}});
-    for (const char* id : {"theirs", "other-key"}) {
-        ReapResult r = reap_once(engine, {id, keys});
-        BOOST_TEST(to_string(r.outcome) == std::string("not_owned"));
-        BOOST_TEST(engine.exists(id));
+    engine.add("other", {{"reaperd.session", "t"}});
+    engine.add("alive", {{"reaperd.session", "s"}});
+    const std::pair<ReapJob, Outcome> rows[] = {
+        {job("theirs", "orphan"), Outcome::refused_not_owned},
+        {job("other", "orphan", "s"), Outcome::refused_other_session},
+        {job("alive", "session_ended", "s", true), Outcome::refused_session_alive},
+        {job("missing", "orphan"), Outcome::gone},
+        {job("mine", "session_ended", "s"), Outcome::acted},
+    };
+    for (const auto& [j, expected] : rows) {
+        ReapResult r = reap_once(guard, j);
+        BOOST_TEST(r.container == j.container);
+        BOOST_TEST(to_string(r.result.outcome) == to_string(expected), j.container);
     }
-    BOOST_TEST(engine.destructive_calls().empty());
-    BOOST_TEST(to_string(reap_once(engine, {"mine", keys}).outcome) == std::string("removed"));
     BOOST_TEST((engine.destructive_calls() == std::vector<std::string>{"mine"}));
+    BOOST_TEST((engine.removed() == std::vector<std::string>{"mine"}));
 }
 
 BOOST_AUTO_TEST_CASE(a_container_already_being_removed_is_waited_for) {
     FakeEngine engine;
+    Guard guard(engine, {}, quiet());
     engine.add("c", owned, "removing");
-    BOOST_TEST(to_string(reap_once(engine, {"c", keys}).outcome) == std::string("in_progress"));
+    BOOST_TEST(to_string(reap_once(guard, job("c", "orphan")).result.outcome) == std::string("removing"));
     BOOST_TEST(engine.destructive_calls().empty());
 }
 
 BOOST_AUTO_TEST_CASE(pool_runs_jobs_concurrently_and_reports_each) {
     FakeEngine engine;
+    Guard guard(engine, {}, quiet());
     std::mutex mutex;
     std::condition_variable done;
     std::vector<ReapResult> results;
     {
-        ReaperPool pool(engine, 4, [&](ReapResult r) {
+        ReaperPool pool(guard, 4, [&](ReapResult r) {
             std::lock_guard lock(mutex);
             results.push_back(std::move(r));
             done.notify_all();
@@ -89,25 +78,26 @@ BOOST_AUTO_TEST_CASE(pool_runs_jobs_concurrently_and_reports_each) {
             std::string id = "c" + std::to_string(i);
             engine.add(id, owned);
             if (i % 5 == 0) engine.fail("remove", id, {test::server_error()});
-            pool.submit({id, keys});
+            pool.submit(job(id, "session_ended", "s"));
         }
-        pool.submit({"missing", keys});
+        pool.submit(job("missing", "orphan"));
         std::unique_lock lock(mutex);
         BOOST_TEST(done.wait_for(lock, std::chrono::seconds{30}, [&] { return results.size() == 21; }));
     }
-    auto count = [&](ReapOutcome o) {
-        return std::count_if(results.begin(), results.end(), [&](auto& r) { return r.outcome == o; });
+    auto count = [&](Outcome o) {
+        return std::count_if(results.begin(), results.end(), [&](auto& r) { return r.result.outcome == o; });
     };
-    BOOST_TEST(count(ReapOutcome::removed) == 16);
-    BOOST_TEST(count(ReapOutcome::failed) == 4);
-    BOOST_TEST(count(ReapOutcome::gone) == 1);
+    BOOST_TEST(count(Outcome::acted) == 16);
+    BOOST_TEST(count(Outcome::failed) == 4);
+    BOOST_TEST(count(Outcome::gone) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(drain_returns_queued_jobs_and_stop_is_idempotent) {
     FakeEngine engine;
-    ReaperPool pool(engine, 1, [](ReapResult) {});
+    Guard guard(engine, {}, quiet());
+    ReaperPool pool(guard, 1, [](ReapResult) {});
     pool.stop();
-    pool.submit({"x", keys});
+    pool.submit(job("x", "orphan"));
     BOOST_TEST(pool.drain_queue().empty());
     pool.stop();
 }

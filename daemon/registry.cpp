@@ -5,15 +5,6 @@
 
 namespace reaperd {
 
-std::optional<std::string> owning_session(const reaper::Labels& labels,
-                                          const std::vector<std::string>& label_keys) {
-    for (const auto& key : label_keys) {
-        auto it = labels.find(key);
-        if (it != labels.end()) return it->second;
-    }
-    return std::nullopt;
-}
-
 const char* to_string(SessionState state) {
     switch (state) {
         case SessionState::leased: return "leased";
@@ -87,7 +78,8 @@ void Registry::lease_opened(const std::string& id, std::uint64_t connection, Tim
     s.ever_leased = true;
     s.grace_deadline.reset();
     // Leasing an ended session id again revives it: its owner is back. Reaps already
-    // queued for it still run (that end was meant).
+    // queued for it are refused by the door while it is alive (policy.hpp expectation_for)
+    // and queued again when it ends again.
     s.ended_at.reset();
     s.end_reason.clear();
 }

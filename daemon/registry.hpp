@@ -4,6 +4,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "guard.hpp"  // owning_session(): the ownership rule, in one place
 
 #include <reaper/engine.hpp>
 
@@ -22,12 +23,6 @@ using TimePoint = Clock::time_point;
 
 // The label that overrides sessions.max_age for one container.
 inline constexpr const char* max_age_label = "reaperd.max-age";
-
-// THE OWNERSHIP RULE, in one place: a container is session-owned iff it carries one of
-// `label_keys`; the first configured key present names its session. Returns the session id,
-// or nullopt for a container reaperd must never stop, kill or remove.
-std::optional<std::string> owning_session(const reaper::Labels& labels,
-                                          const std::vector<std::string>& label_keys);
 
 // A container as the engine last described it, plus what the daemon derived from that.
 struct KnownContainer {

@@ -58,7 +58,7 @@ struct Records {
 
 struct Fixture {
     reaper::Client client{engine().client_options()};
-    std::string root = engine().dir() + "/data";  // the harness's --data-root: DockerRootDir
+    std::string root = engine().data_root();  // the engine's DockerRootDir (GET /info)
     Records records;
     std::vector<std::string> created;
 

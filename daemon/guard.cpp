@@ -1,0 +1,218 @@
+#include "guard.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace reaperd {
+
+namespace {
+
+bool removal_in_progress(const reaper::EngineError& e) {
+    std::string text = e.engine_message().empty() ? e.what() : e.engine_message();
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return text.find("already in progress") != std::string::npos;
+}
+
+std::string short_id(const std::string& id) { return id.substr(0, 12); }
+
+std::string refusal_text(Outcome outcome, const GuardRequest& request, const GuardResult& result,
+                         const GuardConfig& config) {
+    switch (outcome) {
+        case Outcome::refused_not_pinned:
+            return "\"" + request.container + "\" is not the full id of the container it names";
+        case Outcome::refused_not_owned: {
+            std::string keys;
+            for (const auto& key : config.labels) keys += (keys.empty() ? "" : ", ") + key;
+            return "it carries none of the labels in sessions.labels (" + keys + ")";
+        }
+        case Outcome::refused_other_session:
+            return "it belongs to session " + result.session.value_or("") + ", not " +
+                   request.expect.session.value_or("");
+        case Outcome::refused_session_alive:
+            return "its session " + result.session.value_or("") + " is alive";
+        default: return std::string(to_string(outcome));
+    }
+}
+
+}  // namespace
+
+GuardConfig GuardConfig::from(const Config& config) {
+    return {config.sessions.labels, config.reaper.dry_run};
+}
+
+std::string_view to_string(ContainerAct act) noexcept {
+    switch (act) {
+        case ContainerAct::remove: return "remove";
+        case ContainerAct::stop: return "stop";
+        case ContainerAct::kill: return "kill";
+    }
+    return "remove";
+}
+
+std::string_view to_string(Outcome outcome) noexcept {
+    switch (outcome) {
+        case Outcome::acted: return "acted";
+        case Outcome::gone: return "gone";
+        case Outcome::removing: return "removing";
+        case Outcome::not_running: return "not_running";
+        case Outcome::refused_not_pinned: return "refused_not_pinned";
+        case Outcome::refused_not_owned: return "refused_not_owned";
+        case Outcome::refused_other_session: return "refused_other_session";
+        case Outcome::refused_session_alive: return "refused_session_alive";
+        case Outcome::dry_run: return "dry_run";
+        case Outcome::failed: return "failed";
+    }
+    return "failed";
+}
+
+bool is_refusal(Outcome outcome) noexcept {
+    return outcome == Outcome::refused_not_pinned || outcome == Outcome::refused_not_owned ||
+           outcome == Outcome::refused_other_session || outcome == Outcome::refused_session_alive;
+}
+
+std::optional<std::string> owning_session(const reaper::Labels& labels,
+                                          const std::vector<std::string>& label_keys) {
+    for (const auto& key : label_keys) {
+        auto it = labels.find(key);
+        if (it != labels.end()) return it->second;
+    }
+    return std::nullopt;
+}
+
+std::optional<Outcome> ownership_refusal(const reaper::Labels& labels, const GuardConfig& config,
+                                         const std::optional<std::string>& expected_session) {
+    auto owner = owning_session(labels, config.labels);
+    if (!owner) return Outcome::refused_not_owned;
+    if (expected_session && *owner != *expected_session) return Outcome::refused_other_session;
+    return std::nullopt;
+}
+
+Outcome judge(const std::optional<reaper::ContainerInfo>& inspected, const GuardRequest& request,
+              const GuardConfig& config) {
+    if (!inspected) return Outcome::gone;
+    // The engine resolves names and id prefixes too; only the exact full id is pinned.
+    if (inspected->id != request.container) return Outcome::refused_not_pinned;
+    if (auto refusal = ownership_refusal(inspected->labels, config, request.expect.session))
+        return *refusal;
+    if (request.expect.session_alive) return Outcome::refused_session_alive;
+    if (request.act == ContainerAct::remove) {
+        if (inspected->state.status == "removing") return Outcome::removing;
+    } else if (!inspected->state.running) {
+        return Outcome::not_running;
+    }
+    if (config.dry_run) return Outcome::dry_run;
+    return Outcome::acted;
+}
+
+bool is_full_container_id(std::string_view reference) noexcept {
+    return reference.size() == 64 && std::all_of(reference.begin(), reference.end(), [](char c) {
+               return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+}
+
+std::string describe(const reaper::EngineError& error) {
+    std::string text = std::string(reaper::to_string(error.kind()));
+    if (error.status()) text += " " + std::to_string(error.status());
+    text += ": ";
+    text += error.engine_message().empty() ? error.what() : error.engine_message();
+    return text;
+}
+
+Guard::Guard(reaper::Engine& engine, GuardConfig config, LogSink sink)
+    : engine_(engine),
+      sink_(std::move(sink)),
+      config_(std::make_shared<const GuardConfig>(std::move(config))) {}
+
+LogSink Guard::default_sink() {
+    return [](Priority p, std::string_view id, std::string_view message, std::vector<LogField> fields) {
+        log(p, id, message, std::move(fields));
+    };
+}
+
+void Guard::configure(GuardConfig config) {
+    auto fresh = std::make_shared<const GuardConfig>(std::move(config));
+    std::lock_guard lock(mutex_);
+    config_ = std::move(fresh);
+}
+
+std::shared_ptr<const GuardConfig> Guard::config() const {
+    std::lock_guard lock(mutex_);
+    return config_;
+}
+
+GuardResult Guard::act(const GuardRequest& request) {
+    const auto config = this->config();
+    GuardResult result;
+    try {
+        std::optional<reaper::ContainerInfo> inspected;
+        try {
+            inspected = engine_.inspect(request.container);
+            result.name = inspected->name;
+            result.session = owning_session(inspected->labels, config->labels);
+        } catch (const reaper::NotFound&) {
+            // nullopt: judge() makes it `gone`.
+        }
+        result.outcome = judge(inspected, request, *config);
+        if (result.outcome == Outcome::acted) call(inspected->id, request);
+    } catch (const reaper::NotFound&) {
+        result.outcome = Outcome::gone;
+    } catch (const reaper::EngineError& e) {
+        if (e.kind() == reaper::EngineErrorKind::Conflict && request.act == ContainerAct::remove &&
+            removal_in_progress(e)) {
+            result.outcome = Outcome::removing;
+        } else {
+            result.outcome = Outcome::failed;
+            result.error = describe(e);
+        }
+    } catch (const std::exception& e) {
+        result.outcome = Outcome::failed;
+        result.error = e.what();
+    }
+    counts_[static_cast<std::size_t>(result.outcome)]++;
+    record(request, result, *config);
+    return result;
+}
+
+void Guard::call(const std::string& id, const GuardRequest& request) {
+    switch (request.act) {
+        case ContainerAct::remove: engine_.remove(id, reaper::RemoveOptions{true, true}); break;
+        case ContainerAct::stop: engine_.stop(id, request.stop_grace); break;
+        case ContainerAct::kill: engine_.kill(id, "SIGKILL"); break;
+    }
+}
+
+// Refusals and dry runs are logged here, so every caller's are; what was done (or failed)
+// is the caller's to log, in its own words.
+void Guard::record(const GuardRequest& request, const GuardResult& result, const GuardConfig& config) {
+    const bool refused = is_refusal(result.outcome);
+    if (!refused && result.outcome != Outcome::dry_run) return;
+    std::string act(to_string(request.act));
+    std::string subject = "container " + (result.name.empty() ? request.container
+                                                               : result.name + " (" + short_id(request.container) + ")");
+    std::vector<LogField> fields{{"CONTAINER_ID", request.container}};
+    if (!result.name.empty()) fields.push_back({"CONTAINER_NAME", result.name});
+    if (result.session) fields.push_back({"SESSION_ID", *result.session});
+    if (!request.reason.empty()) fields.push_back({"REASON", request.reason});
+    if (refused) {
+        fields.push_back({"ACTION", "refused"});
+        fields.push_back({"REFUSAL", std::string(to_string(result.outcome))});
+        sink_(Priority::warning, {},
+              "not going to " + act + " " + subject + ": " +
+                  refusal_text(result.outcome, request, result, config) + "; left alone",
+              std::move(fields));
+    } else {
+        fields.push_back({"ACTION", "would-" + act});  // as the capper's own dry-run records
+        sink_(Priority::notice, message_id::would_reap, "dry run: would " + act + " " + subject,
+              std::move(fields));
+    }
+}
+
+std::map<std::string, std::uint64_t> Guard::counts() const {
+    std::map<std::string, std::uint64_t> out;
+    for (std::size_t i = 0; i < outcome_count; ++i)
+        if (auto n = counts_[i].load()) out[std::string(to_string(static_cast<Outcome>(i)))] = n;
+    return out;
+}
+
+}  // namespace reaperd
