@@ -1,5 +1,7 @@
 #include "metrics_http.hpp"
 
+#include "config.hpp"
+
 #include <Poco/Exception.h>
 #include <Poco/Net/HTTPRequestHandler.h>
 #include <Poco/Net/HTTPRequestHandlerFactory.h>
@@ -92,7 +94,7 @@ Poco::Net::ServerSocket bind_listener(const std::string& listen) {
         socket.listen(16);
         return socket;
     } catch (const Poco::Exception& e) {
-        throw std::runtime_error("metrics.listen \"" + listen + "\": " + e.displayText());
+        throw ConfigValueError("metrics.listen", "cannot listen on \"" + listen + "\": " + e.displayText());
     }
 }
 

@@ -168,18 +168,36 @@ StateStore::StateStore(std::string dir) : dir_(std::move(dir)), path_(dir_ + "/s
 }
 
 PersistedState StateStore::load() const {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) {
-        if (errno == ENOENT || !fs::exists(path_)) return {};
-        throw StateCorrupt(path_ + ": cannot be read: " + std::strerror(errno));
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return {};
+        throw_unreadable(errno);
     }
-    std::ostringstream text;
-    text << in.rdbuf();
+    std::string text;
+    char buffer[65536];
+    int error = 0;
+    for (;;) {
+        const ssize_t n = ::read(fd, buffer, sizeof buffer);
+        if (n > 0) {
+            text.append(buffer, static_cast<std::size_t>(n));
+        } else if (n == 0) {
+            break;
+        } else if (errno != EINTR) {
+            error = errno;
+            break;
+        }
+    }
+    ::close(fd);
+    if (error != 0) throw_unreadable(error);
     try {
-        return decode_state(text.str());
+        return decode_state(text);
     } catch (const StateCorrupt& e) {
         throw StateCorrupt(path_ + ": " + e.what());
     }
+}
+
+void StateStore::throw_unreadable(int error) const {
+    throw StateUnreadable(path_ + ": cannot be read: " + std::strerror(error));
 }
 
 std::string StateStore::set_aside(TimePoint now) const {

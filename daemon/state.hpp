@@ -15,6 +15,13 @@ class StateCorrupt : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A state file that exists but could not be read (EACCES, EIO, a directory in its place):
+// its content may be fine, so it is never set aside or rebuilt over; what() names the file
+// and the error.
+class StateUnreadable : public std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 class StateStore {
 public:
     // Uses <dir>/state.json; creates `dir` (and parents) if missing. Throws
@@ -22,7 +29,8 @@ public:
     explicit StateStore(std::string dir);
     const std::string& path() const noexcept { return path_; }
 
-    // Reads the file; a missing file is an empty state. Throws StateCorrupt.
+    // Reads the file; a missing file is an empty state. Throws StateCorrupt for content that
+    // does not decode, StateUnreadable when the file cannot be read.
     PersistedState load() const;
     // Moves a corrupt file aside to <path>.corrupt-<UTC timestamp> and returns the new name.
     std::string set_aside(TimePoint now) const;
@@ -31,6 +39,8 @@ public:
     void save(const PersistedState& state) const;
 
 private:
+    [[noreturn]] void throw_unreadable(int error) const;
+
     std::string dir_;
     std::string path_;
 };

@@ -116,3 +116,21 @@ BOOST_AUTO_TEST_CASE(an_unwritable_dir_fails_with_its_name_and_keeps_the_old_fil
     fs::permissions(dir.path, fs::perms::owner_all);
     BOOST_TEST(store.load().pending.size() == 1u);
 }
+
+// Unreadable is not corrupt: the content may be fine, so it must never be set aside and
+// rebuilt over (issue 10). Root reads through permissions, so a directory in the file's
+// place stands in for EACCES/EIO here.
+BOOST_AUTO_TEST_CASE(a_state_file_that_cannot_be_read_is_unreadable_not_corrupt) {
+    TempDir dir;
+    StateStore store(dir.path.string());
+    fs::create_directory(dir.path / "state.json");
+    try {
+        store.load();
+        BOOST_FAIL("loaded");
+    } catch (const StateCorrupt& e) {
+        BOOST_FAIL(std::string("called corrupt: ") + e.what());
+    } catch (const StateUnreadable& e) {
+        BOOST_TEST(std::string(e.what()).find((dir.path / "state.json").string()) != std::string::npos, e.what());
+        BOOST_TEST(std::string(e.what()).find("cannot be read") != std::string::npos, e.what());
+    }
+}

@@ -1,5 +1,5 @@
 // The small parsers that take text from config files, labels on other people's containers,
-// DOCKER_HOST and the engine's timestamps. The promise: a value or std::invalid_argument
+// DOCKER_HOST, DOCKER_API_VERSION and the engine's timestamps and API versions. The promise: a value or std::invalid_argument
 // (ProtocolViolation for ids), nothing else; a bad label falls back to the default; what the
 // formatters write parses back; no container id can place a log path outside the engine's
 // root.
@@ -107,6 +107,21 @@ void log_paths(const std::string& text) {
     (void)reaperd::logcap::is_rotation(text, "0123abcd-json.log");
 }
 
+// API versions come from the engine's /version, DOCKER_API_VERSION and engine.api_version.
+// The comparison runs under the client's negotiation lock: a hang there hangs every engine
+// call (issue 10: "1.43-rc1" once looped forever), so -timeout catches the worst bug here.
+void api_versions(const std::string& text) {
+    for (const char* other : {"1.52", "1.40", "", text.c_str()}) {
+        const int forward = reaper::compare_api_versions(text, other);
+        const int backward = reaper::compare_api_versions(other, text);
+        FUZZ_CHECK((forward < 0) == (backward > 0) && (forward == 0) == (backward == 0));
+    }
+    if (reaper::is_api_version(text)) {
+        FUZZ_CHECK(text.find('.') != std::string::npos);
+        FUZZ_CHECK(reaper::compare_api_versions(text + ".0", text) == 0);
+    }
+}
+
 void control_ids(const std::string& text) {
     try {
         reaper::control::validate_session_id(text);
@@ -128,5 +143,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     timestamps(text);
     log_paths(text);
     control_ids(text);
+    api_versions(text);
     return 0;
 }

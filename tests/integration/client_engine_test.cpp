@@ -74,8 +74,8 @@ BOOST_AUTO_TEST_CASE(engine_too_old_for_the_client_is_refused) {
     options.min_api_version = "9.99";
     options.max_api_version = "9.99";
     Client client(options);
-    auto e = expect_error<ProtocolError>([&] { client.list_containers({}); });
-    BOOST_TEST(std::string(e.what()).find("older than the minimum") != std::string::npos);
+    auto e = expect_error<UnsupportedVersion>([&] { client.list_containers({}); });
+    BOOST_TEST(std::string(e.what()).find("this client speaks API 9.99 to 9.99") != std::string::npos, e.what());
 }
 
 BOOST_AUTO_TEST_CASE(create_inspect_start_list_with_every_field) {

@@ -3,7 +3,12 @@
 // kept), a corrupt state file, and SIGHUP with a good and a bad config.
 #include "daemon_fixture.hpp"
 
+#include <Poco/Net/ServerSocket.h>
+#include <Poco/Net/SocketAddress.h>
+
+#include <algorithm>
 #include <csignal>
+#include <cstdlib>
 
 using namespace reaperd::itest;
 
@@ -138,4 +143,61 @@ BOOST_AUTO_TEST_CASE(sighup_applies_a_good_config_and_keeps_the_old_one_on_a_bad
     std::string a = run_container(session_label("hup-1"));
     { auto lease = d.control().lease("hup-1"); }
     BOOST_TEST(eventually([&] { return !exists(a); }, 30s));
+}
+
+// A state file that cannot be read stops reaperd with the reason, and stays where it is: its
+// pending reaps and tombstones must not be forgotten by starting empty (issue 10).
+BOOST_AUTO_TEST_CASE(an_unreadable_state_file_stops_reaperd_and_is_left_alone) {
+    Reaperd d;
+    fs::create_directories(d.dir + "/state/state.json");  // a directory: read fails with EISDIR
+    const auto started = std::chrono::steady_clock::now();
+    const int status = std::system((std::string(REAPERD_PATH) + " --config " + d.dir + "/reaperd.yaml >" + d.dir +
+                                    "/out.log 2>&1")
+                                       .c_str());
+    const auto took = std::chrono::steady_clock::now() - started;
+    std::ifstream in(d.dir + "/out.log");
+    const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    BOOST_TEST(WEXITSTATUS(status) == 1, out);
+    BOOST_TEST(out.find("state.json: cannot be read") != std::string::npos, out);
+    BOOST_TEST(out.find("not forgotten") != std::string::npos, out);
+    BOOST_TEST(out.find("corrupt") == std::string::npos, out);
+    BOOST_TEST(fs::is_directory(d.dir + "/state/state.json"));
+    BOOST_TEST(took < 10s);
+}
+
+// Configuration that fails only when put to use still exits 78, located in the file, so
+// systemd's RestartPreventExitStatus=78 stops the restart loop (issue 10).
+BOOST_AUTO_TEST_CASE(start_up_config_failures_exit_78_located) {
+    Poco::Net::ServerSocket taken(Poco::Net::SocketAddress("127.0.0.1", 0));
+    const std::string port = std::to_string(taken.address().port());
+    struct Case {
+        std::string after;   // the fixture's line the failing key goes under
+        std::string line;    // the failing key's line
+        std::string expected;
+    };
+    const Case cases[] = {
+        {"control:\n", "  group: no-such-group-reaperd\n", "control.group: no such group \"no-such-group-reaperd\""},
+        {"", "metrics:\n  listen: 127.0.0.1:" + port + "\n", "metrics.listen: cannot listen on"},
+    };
+    for (const auto& c : cases) {
+        Reaperd d;
+        std::ifstream base_in(d.dir + "/reaperd.yaml");
+        std::string yaml((std::istreambuf_iterator<char>(base_in)), std::istreambuf_iterator<char>());
+        const auto at = c.after.empty() ? yaml.size() : yaml.find(c.after) + c.after.size();
+        yaml.insert(at, c.line);
+        std::ofstream(d.dir + "/reaperd.yaml") << yaml;
+        // The value's place: 1-based line of its last line, column after "key: ".
+        const auto value_at = yaml.find(": ", at + c.line.rfind('\n', c.line.size() - 2) + 1) + 2;
+        const auto line = 1 + std::count(yaml.begin(), yaml.begin() + static_cast<long>(value_at), '\n');
+        const auto column = value_at - yaml.rfind('\n', value_at) ;
+        const int status = std::system((std::string(REAPERD_PATH) + " --config " + d.dir + "/reaperd.yaml >" +
+                                        d.dir + "/out.log 2>&1")
+                                           .c_str());
+        std::ifstream in(d.dir + "/out.log");
+        const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        BOOST_TEST(WEXITSTATUS(status) == 78, out);
+        const std::string located = d.dir + "/reaperd.yaml:" + std::to_string(line) + ":" + std::to_string(column) +
+                                    ": " + c.expected;
+        BOOST_TEST(out.find(located) != std::string::npos, located << " in: " << out);
+    }
 }

@@ -338,13 +338,16 @@ BOOST_AUTO_TEST_CASE(ready_waits_for_the_engine) {
     Daemon daemon;
     daemon.start(2s);
     auto& notify = daemon.notify();
-    // With the engine down, the daemon runs and pings its watchdog, but is not ready.
+    // With the engine down, the daemon runs and pings its watchdog, but is not ready; a
+    // reload meanwhile (SIGHUP) must not announce readiness either (issue 10).
     int ping = notify.wait_for(0, line("WATCHDOG=1"), 30s);
+    daemon.signal(SIGHUP);
     std::this_thread::sleep_for(3s);
     BOOST_TEST_INFO(daemon.transcript());
     BOOST_TEST(ping >= 0);
     BOOST_TEST(daemon.running());
     BOOST_TEST(notify.wait_for(0, line("READY=1"), 0ms) == -1);
+    BOOST_TEST(notify.wait_for(0, line("RELOADING=1"), 0ms) == -1);
 
     const std::size_t before_engine = notify.count();
     engine.start();

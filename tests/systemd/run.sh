@@ -7,12 +7,15 @@
 #   1. the package enabled the unit, and systemd started it at boot;
 #   2. `systemctl start` stays "activating" while the engine does not answer and becomes
 #      active only once reaperd reported READY=1;
-#   3. a reap shows in `journalctl -u reaperd` with its MESSAGE_ID and fields;
+#   3. a reap shows in `journalctl -u reaperd` with its MESSAGE_ID and fields, and
+#      `journalctl -x` explains it from the installed catalog;
 #   4. SIGSTOP to reaperd: the watchdog (WatchdogSec=4s in a test drop-in) kills it and
 #      systemd restarts it;
 #   5. `systemctl reload` with a broken config leaves it active, same pid, old config, with
 #      the error in the journal;
-#   6. `systemctl stop` exits cleanly (status 0, result success).
+#   6. the package installed again (the upgrade path restarts reaperd) keeps a live
+#      session's container, leased by `reaperctl hold`, which is reaped once the holder ends;
+#   7. `systemctl stop` exits cleanly (status 0, result success).
 #
 # Usage: tests/systemd/run.sh REAPERD_DEB
 # Environment: REAPERD_TEST_CACHE (default /var/cache/reaperd-test) keeps the debootstrapped
@@ -280,6 +283,12 @@ else
   journal_json | tail -n 20
   fail "no container-reaped record for $victim in journalctl -u reaperd"
 fi
+explained=$(in_ctr journalctl -x -u reaperd.service --no-pager "MESSAGE_ID=$reaped_id" 2>/dev/null | grep -m1 'Subject:')
+if [ -n "$explained" ]; then
+  pass "journalctl -x explains the reap from the installed catalog:$explained"
+else
+  fail "journalctl -x shows no catalog text for $reaped_id (is /usr/lib/systemd/catalog/reaperd.catalog installed and compiled?)"
+fi
 docker_cli rm -f "$bystander" >/dev/null
 
 # 4. A stalled main loop: the watchdog kills it, Restart=on-failure brings it back.
@@ -350,7 +359,47 @@ else
   fail "no 'configuration reloaded' after restoring the config"
 fi
 
-# 6. A clean stop.
+# 6. An upgrade (the .deb installed again: postinst restarts reaperd) costs a live session
+# nothing: its lease comes back within lease_grace and its container stays (issue 10).
+step "reinstalling the package keeps a live session's container"
+live_session=systemd-live-$$
+in_ctr sh -c "reaperctl hold $live_session </dev/null >/tmp/hold.log 2>&1 & echo \$! >/tmp/hold.pid"
+live=$(docker_cli create --network none --label "reaperd.session=$live_session" --name "live-$$" \
+  reaperd-systemd-test/busybox:latest sleep 600)
+docker_cli start "$live" >/dev/null
+leased() {
+  in_ctr reaperctl status --json 2>/dev/null | grep -o "{[^{}]*\"id\":\"$live_session\"[^{}]*}" |
+    grep -q '"state":"leased"'
+}
+wait_for 30 leased || fail "the live session is not leased before the upgrade"
+pid_before=$(unit_prop MainPID)
+docker_cli cp "$deb" "$container:/tmp/reaperd.deb"
+if in_ctr dpkg -i /tmp/reaperd.deb >"$work/upgrade.log" 2>&1; then
+  pass "dpkg -i of the package over itself (upgrade path)"
+else
+  cat "$work/upgrade.log"
+  fail "dpkg -i (upgrade)"
+fi
+restarted_by_upgrade() { [ "$(unit_prop MainPID)" != "$pid_before" ] && is_active; }
+wait_for 60 restarted_by_upgrade || fail "the upgrade did not restart reaperd (pid $pid_before -> $(unit_prop MainPID))"
+# Past the shipped lease_grace (10s) with margin.
+sleep 14
+if docker_cli inspect "$live" >/dev/null 2>&1 && leased; then
+  pass "after the upgrade's restart and lease_grace, the live session is leased and its container is there"
+else
+  in_ctr reaperctl status 2>&1 | head -20
+  fail "the live session's container was removed or its lease did not come back"
+fi
+in_ctr sh -c 'kill "$(cat /tmp/hold.pid)"'
+live_gone() { ! docker_cli inspect "$live" >/dev/null 2>&1; }
+if wait_for 60 live_gone; then
+  pass "once its holder ended, the session's container was reaped as usual"
+else
+  fail "the session's container was not reaped after its holder ended"
+  docker_cli rm -f "$live" >/dev/null 2>&1
+fi
+
+# 7. A clean stop.
 step "systemctl stop"
 if in_ctr systemctl stop reaperd.service; then
   result=$(unit_prop Result)
