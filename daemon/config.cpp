@@ -20,6 +20,7 @@
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
 
 namespace reaperd {
 
@@ -455,6 +456,8 @@ const std::vector<Section>& sections() {
     static const std::vector<Section> table{
         {"engine",
          {field<&C::engine, &EngineConfig::host>("host"),
+          field<&C::engine, &EngineConfig::tls_cert_path>("tls_cert_path"),
+          field<&C::engine, &EngineConfig::allow_plain_tcp>("allow_plain_tcp"),
           field<&C::engine, &EngineConfig::request_timeout>("request_timeout"),
           field<&C::engine, &EngineConfig::api_version>("api_version")}},
         {"control",
@@ -629,15 +632,25 @@ void validate(Parser& p, const Config& c) {
                   (why.empty() ? "" : " (" + std::string(why) + ")"));
     };
 
+    std::optional<reaper::EngineAddress> engine_address;
     if (!c.engine.host.empty()) {
         // The client's own parser, so the check can never disagree with the connection.
         std::string error;
         try {
-            reaper::EngineAddress::parse(c.engine.host);
+            engine_address = reaper::EngineAddress::parse(c.engine.host);
         } catch (const std::invalid_argument& e) {
             error = e.what();
         }
         check({"engine.host"}, error.empty(), "engine.host", error);
+    }
+    if (!c.engine.tls_cert_path.empty()) {
+        check({"engine.tls_cert_path"}, absolute_path(c.engine.tls_cert_path), "engine.tls_cert_path",
+              "expected an absolute path to a directory holding ca.pem, cert.pem and key.pem, or \"\"; got " +
+                  quote(c.engine.tls_cert_path));
+        // Whether the files are there and fit is found when reaperd starts (exit 78 then).
+        if (engine_address)
+            check({"engine.tls_cert_path"}, engine_address->kind == reaper::EngineAddress::Kind::Tcp,
+                  "engine.tls_cert_path", "TLS is for tcp:// engines; engine.host is " + quote(c.engine.host));
     }
     at_least("engine.request_timeout", c.engine.request_timeout, 100ms, "");
     check({"engine.api_version"}, c.engine.api_version.empty() || reaper::is_api_version(c.engine.api_version),
@@ -902,6 +915,28 @@ Config parse_config(std::string_view yaml_text, const std::string& file) {
         throw ConfigError(std::move(problems));
     }
     return config;
+}
+
+ConfigProblem locate_problem(const std::string& file, const std::string& key, const std::string& message) {
+    ConfigProblem problem = file_problem(file, message);
+    problem.key = key;
+    try {
+        YAML::Node node = YAML::LoadFile(file);
+        std::string_view rest = key;
+        while (!rest.empty() && node && node.IsMap()) {
+            const auto dot = rest.find('.');
+            // reset(), not assignment: assigning a yaml-cpp node writes into the tree.
+            node.reset(std::as_const(node)[std::string(rest.substr(0, dot))]);
+            rest = dot == std::string_view::npos ? std::string_view{} : rest.substr(dot + 1);
+        }
+        if (rest.empty() && node && !node.Mark().is_null()) {
+            problem.line = node.Mark().line + 1;
+            problem.column = node.Mark().column + 1;
+        }
+    } catch (const YAML::Exception&) {
+        // The file changed or went since it loaded: the key alone still names the problem.
+    }
+    return problem;
 }
 
 Config load_config(const std::string& path) {

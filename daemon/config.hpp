@@ -21,6 +21,10 @@ inline constexpr Duration max_duration = std::chrono::hours{24 * 365};
 
 struct EngineConfig {
     std::string host;  // "" = $DOCKER_HOST, else unix:///var/run/docker.sock
+    // A directory with ca.pem, cert.pem and key.pem: TLS with verification, as
+    // DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH=dir. "" = as $DOCKER_TLS_VERIFY/$DOCKER_CERT_PATH say.
+    std::string tls_cert_path;
+    bool allow_plain_tcp = false;  // plain TCP to a host that is not local (else refused)
     Duration request_timeout{std::chrono::seconds{30}};
     std::string api_version;  // "" = $DOCKER_API_VERSION, else negotiate
 
@@ -120,6 +124,25 @@ public:
 private:
     std::vector<ConfigProblem> problems_;
 };
+
+// A value that parsed and validated, yet fails when reaperd puts it to use at start-up (a
+// control.group that does not exist, a metrics.listen address that will not bind): still
+// a configuration error (exit 78), reported against its key.
+class ConfigValueError : public std::runtime_error {
+public:
+    ConfigValueError(std::string key, const std::string& message)
+        : std::runtime_error(key + ": " + message), key_(std::move(key)), message_(message) {}
+    const std::string& key() const noexcept { return key_; }
+    const std::string& message() const noexcept { return message_; }
+
+private:
+    std::string key_;
+    std::string message_;
+};
+
+// The problem `message` with the dotted `key`, located where `file` sets that key (line 0,
+// unlocated, when the file does not set it or cannot be read again).
+ConfigProblem locate_problem(const std::string& file, const std::string& key, const std::string& message);
 
 // Parses YAML text (`file` names it in errors). Missing keys take their defaults; unknown
 // keys, wrong types, bad units and invalid values are problems. Throws ConfigError listing

@@ -98,7 +98,9 @@ BOOST_AUTO_TEST_CASE(empty_and_comment_only_files_are_all_defaults) {
 BOOST_AUTO_TEST_CASE(every_key_set) {
     const Config c = parse_config(R"(
 engine:
-  host: unix:///run/docker.sock
+  host: tcp://127.0.0.1:2376
+  tls_cert_path: /etc/reaperd/tls
+  allow_plain_tcp: true
   request_timeout: 5s
 control:
   socket: /run/r/ctl.sock
@@ -128,7 +130,9 @@ metrics:
   listen: 127.0.0.1:9324
 )",
                                   "full.yaml");
-    BOOST_TEST(c.engine.host == "unix:///run/docker.sock");
+    BOOST_TEST(c.engine.host == "tcp://127.0.0.1:2376");
+    BOOST_TEST(c.engine.tls_cert_path == "/etc/reaperd/tls");
+    BOOST_TEST(c.engine.allow_plain_tcp);
     BOOST_TEST(c.engine.request_timeout.count() == 5000);
     BOOST_TEST(c.control.socket == "/run/r/ctl.sock");
     BOOST_TEST(c.control.group == "docker");
@@ -161,6 +165,11 @@ BOOST_AUTO_TEST_CASE(accepted_values) {
         "engine: {host: \"tcp://127.0.0.1:2375\"}",
         "engine: {host: \"tcp://[::1]:2375\"}",
         "engine:\n  host:\n",  // empty = the environment's
+        "engine: {host: \"tcp://10.0.0.1:2376\", tls_cert_path: /etc/reaperd/tls}",
+        "engine: {tls_cert_path: /etc/reaperd/tls}",  // the address from DOCKER_HOST
+        "engine: {host: \"tcp://10.0.0.1:2375\", allow_plain_tcp: true}",
+        // Whether plain TCP is refused depends on DOCKER_TLS_VERIFY too: decided at start.
+        "engine: {host: \"tcp://10.0.0.1:2375\"}",
         "control: {group: \"1001\"}",
         "logs: {max_size: 0, total_max_size: 1MiB}",  // a budget without per-container caps
         "logs: {max_size: 4KiB}",
@@ -260,6 +269,10 @@ BOOST_AUTO_TEST_CASE(config_error_table) {
         {"engine:\n  host: tcp://localhost\n", "engine.host", 2, 9, "port"},
         {"engine:\n  host: unix://relative.sock\n", "engine.host", 2, 9, "absolute"},
         {"engine:\n  api_version: latest\n", "engine.api_version", 2, 16, "such as \"1.44\""},
+        {"engine:\n  tls_cert_path: certs\n", "engine.tls_cert_path", 2, 18, "expected an absolute path"},
+        {"engine:\n  host: /run/docker.sock\n  tls_cert_path: /etc/reaperd/tls\n", "engine.tls_cert_path", 3, 18,
+         "TLS is for tcp:// engines; engine.host is \"/run/docker.sock\""},
+        {"engine:\n  allow_plain_tcp: yes\n", "engine.allow_plain_tcp", 2, 20, "expected true or false"},
         {"engine:\n  api_version: 1.44.0\n", "engine.api_version", 2, 16, "got \"1.44.0\""},
         {"metrics:\n  listen: 9324\n", "metrics.listen", 2, 11, "expected host:port such as 127.0.0.1:9324"},
         {"metrics:\n  listen: localhost:99999\n", "metrics.listen", 2, 11, "from 0 to 65535"},
@@ -377,13 +390,15 @@ BOOST_AUTO_TEST_CASE(format_config_round_trips) {
     Config c;
     c.engine.host = "tcp://[::1]:2375";
     c.engine.api_version = "1.44";
+    c.engine.tls_cert_path = "/etc/reaperd/tls";
+    c.engine.allow_plain_tcp = true;
     c.sessions.labels = {"x", "y.z"};
     c.sessions.lease_grace = 1500ms;
     c.logs.max_size_bytes = 0;
     c.logs.action = LogAction::remove;
     c.metrics.listen = "[::1]:9";
     BOOST_TEST((parse_config(format_config(c), "c.yaml") == c), format_config(c));
-    BOOST_TEST(config_keys().size() == 23u);
+    BOOST_TEST(config_keys().size() == 25u);
 }
 
 // ---- durations and sizes --------------------------------------------------------------------

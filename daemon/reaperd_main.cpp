@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 
 namespace {
@@ -33,7 +34,10 @@ const char* usage_text =
     "\n"
     "Runs in the foreground. SIGHUP re-reads the config; SIGTERM stops after removals in\n"
     "flight. The engine is engine.host, else $DOCKER_HOST, else unix:///var/run/docker.sock;\n"
-    "its API version is negotiated unless engine.api_version or $DOCKER_API_VERSION pins it.\n";
+    "its API version is negotiated unless engine.api_version or $DOCKER_API_VERSION pins it.\n"
+    "TLS to a tcp:// engine uses the files in engine.tls_cert_path, else, when\n"
+    "$DOCKER_TLS_VERIFY is set, in $DOCKER_CERT_PATH (or ~/.docker); plain TCP to another\n"
+    "host is refused unless engine.allow_plain_tcp is true.\n";
 
 void print_problems(const reaperd::ConfigError& e) {
     for (const auto& p : e.problems()) std::fprintf(stderr, "%s\n", p.to_string().c_str());
@@ -81,31 +85,63 @@ int main(int argc, char** argv) {
         return 0;
     }
 
-    // The engine's address and API version may come from the environment (DOCKER_HOST,
-    // DOCKER_API_VERSION), which is configuration too: a bad value exits 78, named.
+    // The engine's address, API version and TLS may come from the environment (DOCKER_HOST,
+    // DOCKER_API_VERSION, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH), which is configuration
+    // too: a bad value exits 78, named.
     reaper::ClientOptions client_options;
+    const bool host_in_file = !config.engine.host.empty();
+    const bool tls_in_file = !config.engine.tls_cert_path.empty();
     try {
-        client_options.address = config.engine.host.empty()
-                                     ? reaper::EngineAddress::from_environment()
-                                     : reaper::EngineAddress::parse(config.engine.host);
+        client_options.address = host_in_file ? reaper::EngineAddress::parse(config.engine.host)
+                                              : reaper::EngineAddress::from_environment();
         client_options.pinned_api_version = config.engine.api_version.empty()
                                                 ? reaper::api_version_from_environment()
                                                 : config.engine.api_version;
+        client_options.tls = tls_in_file ? reaper::TlsOptions::in_directory(config.engine.tls_cert_path)
+                                         : reaper::TlsOptions::from_environment();
     } catch (const std::invalid_argument& e) {
         std::fprintf(stderr, "reaperd: %s\n", e.what());
         return exit_config;
     }
+    client_options.allow_plain_tcp = config.engine.allow_plain_tcp;
     client_options.request_timeout = config.engine.request_timeout;
+
+    // A refused address and TLS files that cannot be used are found only now, yet are the
+    // configuration's fault: 78, against the key (located in the file) or the variable that
+    // set them.
+    auto refused = [&](bool in_file, const std::string& key, const char* variable, const std::string& message) {
+        if (in_file)
+            std::fprintf(stderr, "%s\n", reaperd::locate_problem(config_path, key, message).to_string().c_str());
+        else
+            std::fprintf(stderr, "reaperd: %s: %s\n", variable, message.c_str());
+        return exit_config;
+    };
+    try {
+        reaper::check_plain_tcp(client_options);
+    } catch (const std::invalid_argument& e) {
+        return refused(host_in_file, "engine.host", "DOCKER_HOST", e.what());
+    }
+    std::optional<reaper::Client> client;
+    try {
+        client.emplace(client_options);  // reads the TLS files; plain TCP passed above
+    } catch (const std::invalid_argument& e) {
+        return refused(tls_in_file, "engine.tls_cert_path", "DOCKER_CERT_PATH", e.what());
+    }
 
     // A peer that hangs up must cost an EPIPE on that socket, never the process.
     std::signal(SIGPIPE, SIG_IGN);
     try {
-        reaper::Client client(client_options);
         reaperd::DaemonOptions options;
         options.config_path = config_path;
         options.engine_address = client_options.address.to_string();
-        reaperd::Daemon daemon(std::move(config), client, options);
+        reaperd::Daemon daemon(std::move(config), *client, options);
         return daemon.run();
+    } catch (const reaperd::ConfigValueError& e) {
+        // Found only when put to use (no such group, an address taken): the file's fault all
+        // the same, so 78 and its place in the file, and systemd does not restart in a loop.
+        reaperd::log(reaperd::Priority::err, {},
+                     "cannot run: " + reaperd::locate_problem(config_path, e.key(), e.message()).to_string());
+        return exit_config;
     } catch (const std::exception& e) {
         reaperd::log(reaperd::Priority::err, {}, std::string("cannot run: ") + e.what());
         return 1;

@@ -1,7 +1,11 @@
 #include <reaper/client.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 namespace reaper {
@@ -60,7 +64,8 @@ EngineAddress EngineAddress::parse(std::string_view text) {
         return address;
     }
     if (text.find("://") != std::string_view::npos) {
-        bad_address(text, "unsupported scheme (TLS and ssh are not supported)");
+        bad_address(text, "unsupported scheme (for TLS use tcp:// with TLS options, as DOCKER_TLS_VERIFY does; "
+                          "ssh is not supported)");
     }
     bad_address(text, "not an address");
 }
@@ -74,6 +79,63 @@ std::string EngineAddress::to_string() const {
     if (kind == Kind::Unix) return "unix://" + path;
     if (host.find(':') != std::string::npos) return "tcp://[" + host + "]:" + std::to_string(port);
     return "tcp://" + host + ":" + std::to_string(port);
+}
+
+bool EngineAddress::is_local() const {
+    if (kind == Kind::Unix) return true;
+    std::string name = host;
+    for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    if (name == "localhost") return true;
+    in_addr v4{};
+    if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+    in6_addr v6{};
+    if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+        if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+        return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+    }
+    return false;
+}
+
+TlsOptions TlsOptions::in_directory(const std::string& dir) {
+    namespace fs = std::filesystem;
+    TlsOptions tls;
+    tls.ca_file = (fs::path(dir) / "ca.pem").string();
+    // The docker CLI drops a default cert.pem or key.pem that does not exist, and connects
+    // without showing a certificate: an engine run with --tls (not --tlsverify) accepts that.
+    std::error_code ec;
+    if (auto cert = fs::path(dir) / "cert.pem"; fs::exists(cert, ec)) tls.cert_file = cert.string();
+    if (auto key = fs::path(dir) / "key.pem"; fs::exists(key, ec)) tls.key_file = key.string();
+    return tls;
+}
+
+std::optional<TlsOptions> TlsOptions::from_environment() {
+    const char* verify = std::getenv("DOCKER_TLS_VERIFY");
+    if (!verify || !*verify) return std::nullopt;
+    if (const char* dir = std::getenv("DOCKER_CERT_PATH"); dir && *dir) return in_directory(dir);
+    const char* home = std::getenv("HOME");
+    if (!home || !*home) {
+        throw std::invalid_argument(std::string("DOCKER_TLS_VERIFY=") + verify +
+                                    ": neither DOCKER_CERT_PATH nor HOME is set, so there is no "
+                                    "directory to read ca.pem, cert.pem and key.pem from");
+    }
+    return in_directory(std::string(home) + "/.docker");
+}
+
+ClientOptions ClientOptions::from_environment() {
+    ClientOptions options;
+    options.address = EngineAddress::from_environment();
+    options.pinned_api_version = api_version_from_environment();
+    options.tls = TlsOptions::from_environment();
+    return options;
+}
+
+void check_plain_tcp(const ClientOptions& options) {
+    if (options.tls || options.allow_plain_tcp || options.address.is_local()) return;
+    throw std::invalid_argument(
+        "engine address " + options.address.to_string() +
+        ": plain TCP to an engine on another host is refused (anyone on the network path could "
+        "read and drive it); use TLS (DOCKER_TLS_VERIFY=1, DOCKER_CERT_PATH) or set "
+        "engine.allow_plain_tcp (ClientOptions::allow_plain_tcp in the library) to allow it");
 }
 
 }  // namespace reaper

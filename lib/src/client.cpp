@@ -4,23 +4,37 @@
 #include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
 #include <Poco/JSON/Parser.h>
+#include <Poco/Net/Context.h>
 #include <Poco/Net/HTTPClientSession.h>
 #include <Poco/Net/HTTPRequest.h>
 #include <Poco/Net/HTTPResponse.h>
+#include <Poco/Net/IPAddress.h>
+#include <Poco/Net/InvalidCertificateHandler.h>
 #include <Poco/Net/NetException.h>
+#include <Poco/Net/SSLException.h>
+#include <Poco/Net/SecureStreamSocket.h>
 #include <Poco/Net/SocketAddress.h>
 #include <Poco/Net/StreamSocket.h>
+#include <Poco/Net/VerificationErrorArgs.h>
 #include <Poco/StreamCopier.h>
 #include <Poco/URI.h>
 
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <sys/socket.h>
 
 namespace reaper {
 
@@ -97,10 +111,93 @@ std::string api_version_from_environment() {
 namespace {
 
 struct Connection {
-    Poco::Net::StreamSocket socket;
+    Poco::Net::StreamSocket socket;  // a SecureStreamSocket under TLS
     std::unique_ptr<Poco::Net::HTTPClientSession> http;
     bool reused = false;
 };
+
+// Ends a connection's traffic from another thread than the one using it: shutdown(2) of its
+// fd, which makes a blocked read return. Not StreamSocket::shutdown(): on a TLS socket that
+// writes a close_notify through the SSL object the other thread is reading with, and an
+// OpenSSL connection must not be used from two threads at once.
+void interrupt(Poco::Net::StreamSocket& socket) noexcept {
+    ::shutdown(socket.impl()->sockfd(), SHUT_RDWR);
+}
+
+// Why OpenSSL rejected the engine's certificate, kept for the connect() that asked: Poco's
+// verify callback reports it to the context's handler on the connecting thread, and the
+// handshake error itself only says "certificate verify failed".
+thread_local std::string certificate_problem;
+
+class RecordCertificateProblem final : public Poco::Net::InvalidCertificateHandler {
+public:
+    RecordCertificateProblem() : InvalidCertificateHandler(false) {}
+    void onInvalidCertificate(const void*, Poco::Net::VerificationErrorArgs& args) override {
+        if (!certificate_problem.empty()) return;  // the first problem is the cause
+        certificate_problem = args.errorMessage() + " (certificate " + args.certificate().subjectName() +
+                              ", issued by " + args.certificate().issuerName() + ")";
+    }
+};
+
+// The file must be readable: OpenSSL's own error for a missing file is a bare error code.
+void check_readable(const std::string& path, const char* what) {
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument(std::string("TLS ") + what + " " + path + ": cannot read: " + std::strerror(errno));
+}
+
+// The client's TLS context for `options` (tcp:// with TLS): the CA, the client certificate
+// and key loaded (each checked here, so a bad file fails the Client's constructor, named),
+// peer verification on, and the engine's certificate required to name the address's host.
+Poco::Net::Context::Ptr make_tls_context(const ClientOptions& options) {
+    const TlsOptions& tls = *options.tls;
+    if (options.address.kind != EngineAddress::Kind::Tcp) {
+        throw std::invalid_argument("TLS is for tcp:// engines; " + options.address.to_string() + " is a unix socket");
+    }
+    if (tls.ca_file.empty()) throw std::invalid_argument("TLS needs a CA file (ca.pem) to verify the engine with");
+    if (tls.cert_file.empty() != tls.key_file.empty()) {
+        throw std::invalid_argument(tls.cert_file.empty() ? "TLS key file " + tls.key_file + " has no certificate file (cert.pem)"
+                                                          : "TLS certificate file " + tls.cert_file + " has no key file (key.pem)");
+    }
+    check_readable(tls.ca_file, "CA file");
+    if (!tls.cert_file.empty()) {
+        check_readable(tls.cert_file, "certificate file");
+        check_readable(tls.key_file, "key file");
+    }
+    Poco::Net::Context::Params params;
+    params.caLocation = tls.ca_file;
+    params.certificateFile = tls.cert_file;
+    params.privateKeyFile = tls.key_file;
+    params.verificationMode = Poco::Net::Context::VERIFY_RELAXED;  // for a client: verify the peer
+    params.cipherList = "DEFAULT";  // OpenSSL's vetted defaults, not Poco's "ALL:..."
+    Poco::Net::Context::Ptr context;
+    try {
+        context = new Poco::Net::Context(Poco::Net::Context::TLS_CLIENT_USE, params);
+    } catch (const Poco::Exception& e) {
+        throw std::invalid_argument("TLS files: " + e.displayText());
+    }
+    SSL_CTX* ssl = context->sslContext();
+    // OpenSSL drops a key that does not match the certificate without a word.
+    if (!tls.cert_file.empty() && SSL_CTX_check_private_key(ssl) != 1) {
+        throw std::invalid_argument("TLS key file " + tls.key_file + " is not the key of the certificate " + tls.cert_file);
+    }
+    // TLS 1.2 at least, as the docker CLI asks.
+    context->requireMinimumProtocol(Poco::Net::Context::PROTO_TLSV1_2);
+    // The host check is OpenSSL's, inside the handshake: an IP address must be in the
+    // certificate's subjectAltName, a name in its DNS names (never its CN), as Go's check
+    // the docker CLI uses. Poco's own check after the handshake is off: it would resolve the
+    // certificate's names over DNS, and it skips loopback hosts.
+    X509_VERIFY_PARAM* verify = SSL_CTX_get0_param(ssl);
+    const std::string& host = options.address.host;
+    if (X509_VERIFY_PARAM_set1_ip_asc(verify, host.c_str()) != 1) {
+        X509_VERIFY_PARAM_set_hostflags(verify, X509_CHECK_FLAG_NEVER_CHECK_SUBJECT | X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+        if (X509_VERIFY_PARAM_set1_host(verify, host.c_str(), host.size()) != 1) {
+            throw std::invalid_argument("TLS: cannot verify certificates for the host name " + host);
+        }
+    }
+    context->enableExtendedCertificateVerification(false);
+    context->setInvalidCertificateHandler(new RecordCertificateProblem);
+    return context;
+}
 
 // The engine's answer to a request whose /vX.Y prefix it does not serve: Docker's
 // middleware answers 400 "client version 1.43 is too old. Minimum supported API version is
@@ -228,9 +325,13 @@ Event parse_event_line(const std::string& line) {
 class HttpEventStream;
 
 struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
-    explicit Impl(ClientOptions o) : options(std::move(o)) {}
+    explicit Impl(ClientOptions o) : options(std::move(o)) {
+        check_plain_tcp(options);
+        if (options.tls) tls_context = make_tls_context(options);
+    }
 
     ClientOptions options;
+    Poco::Net::Context::Ptr tls_context;  // null: plain
     mutable std::mutex mutex;
     bool closed = false;
     std::vector<std::unique_ptr<Connection>> idle;
@@ -257,11 +358,28 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                 address.kind == EngineAddress::Kind::Unix
                     ? Poco::Net::SocketAddress(Poco::Net::SocketAddress::UNIX_LOCAL, address.path)
                     : Poco::Net::SocketAddress(address.host, address.port);
-            connection->socket.connect(socket_address,
-                                       Poco::Timespan(options.connect_timeout.count() * 1000));
+            const Poco::Timespan timeout(options.connect_timeout.count() * 1000);
+            if (tls_context) {
+                // Connects, then shakes hands within the same timeout.
+                Poco::Net::SecureStreamSocket secure(tls_context);
+                // SNI for a name; an IP address is not sent (RFC 6066).
+                if (Poco::Net::IPAddress ip; !Poco::Net::IPAddress::tryParse(address.host, ip))
+                    secure.setPeerHostName(address.host);
+                certificate_problem.clear();
+                secure.connect(socket_address, timeout);
+                connection->socket = secure;
+            } else {
+                connection->socket.connect(socket_address, timeout);
+            }
         } catch (const Poco::TimeoutException& e) {
             engine_lost = true;
             throw Timeout(0, "", "connecting to the engine at " + address.to_string() + " timed out");
+        } catch (const Poco::Net::SSLException& e) {
+            engine_lost = true;
+            throw Unreachable(0, "", "TLS handshake with the engine at " + address.to_string() + " failed: " +
+                                         (certificate_problem.empty()
+                                              ? e.displayText()
+                                              : "its certificate was not accepted: " + certificate_problem));
         } catch (const Poco::Exception& e) {
             engine_lost = true;
             throw Unreachable(0, "", "cannot connect to the engine at " + address.to_string() + ": " +
@@ -321,6 +439,14 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
             throw Timeout(0, "", what + ": no answer from the engine within the timeout");
         } catch (const Poco::Net::MessageException& e) {
             throw ProtocolError(0, "", what + ": malformed HTTP from the engine: " + e.displayText());
+        } catch (const Poco::Net::SSLException& e) {
+            // After a TLS 1.3 handshake the engine checks our certificate and answers with an
+            // alert ("bad certificate", "unknown ca"), seen on the first read.
+            const bool no_certificate = options.tls && options.tls->cert_file.empty();
+            throw Unreachable(0, "", what + ": TLS with the engine failed: " + e.displayText() +
+                                         (no_certificate ? " (this client shows no certificate, which an engine "
+                                                           "run with --tlsverify requires: cert.pem, key.pem)"
+                                                         : ""));
         } catch (const Poco::Exception& e) {
             throw Unreachable(0, "", what + ": connection to the engine failed: " + e.displayText());
         } catch (const std::exception& e) {
@@ -453,7 +579,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
     // The typed error for an answer of `status`; a version refusal is UnsupportedVersion.
     [[noreturn]] static void throw_error_for(int status, const std::string& message, const std::string& what) {
-        auto kind = is_version_refusal(status, message) ? EngineErrorKind::Unsupported : error_kind_for_status(status);
+        // Podman 4 answers a container in the wrong state or one going away with 500, libpod's cause last.
+        auto kind = is_version_refusal(status, message) ? EngineErrorKind::Unsupported : error_kind_for_status(status != 500 ? status : message.ends_with(": container state improper") ? 409 : message.ends_with(": no such container") ? 404 : 500);
         throw_engine_error(kind, status, message,
                            what + ": HTTP " + std::to_string(status) + (message.empty() ? "" : ": " + message));
     }
@@ -531,11 +658,7 @@ public:
 
     void cancel() noexcept override {
         cancelled_ = true;
-        try {
-            connection_->socket.shutdown();
-        } catch (...) {
-            // Already shut down or never connected: either way the reader is unblocked.
-        }
+        interrupt(connection_->socket);
     }
 
 private:
@@ -553,13 +676,8 @@ void Client::Impl::close() {
     if (closed) return;
     closed = true;
     idle.clear();
-    for (auto* connection : busy) {
-        try {
-            connection->socket.shutdown();
-        } catch (...) {
-            // The caller holding it sees the failure and drops it.
-        }
-    }
+    // The caller holding each sees its call fail and drops the connection.
+    for (auto* connection : busy) interrupt(connection->socket);
     for (auto* stream : streams) stream->cancel();
 }
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -92,6 +93,138 @@ BOOST_AUTO_TEST_CASE(address_from_environment) {
     BOOST_TEST(EngineAddress::from_environment().to_string() == default_engine_address);
     ::unsetenv("DOCKER_HOST");
     BOOST_TEST(EngineAddress::from_environment().to_string() == default_engine_address);
+}
+
+// ---- plain TCP and TLS options ---------------------------------------------------------
+
+struct LocalCase {
+    const char* address;
+    bool local;
+};
+std::ostream& operator<<(std::ostream& out, const LocalCase& c) { return out << c.address; }
+
+const LocalCase local_cases[] = {
+    {"unix:///var/run/docker.sock", true}, {"tcp://127.0.0.1:2375", true},   {"tcp://127.9.8.7:2375", true},
+    {"tcp://localhost:2375", true},        {"tcp://LocalHost:2375", true},   {"tcp://[::1]:2375", true},
+    {"tcp://[::ffff:127.0.0.1]:2375", true}, {"tcp://192.0.2.1:2375", false}, {"tcp://10.0.0.1:2375", false},
+    {"tcp://128.0.0.1:2375", false},       {"tcp://[::2]:2375", false},      {"tcp://[::ffff:10.0.0.1]:2375", false},
+    // A name is not resolved to find out: it could point anywhere later.
+    {"tcp://docker.example:2375", false},  {"tcp://localhost.example:2375", false},
+};
+
+BOOST_DATA_TEST_CASE(only_unix_sockets_and_loopback_addresses_are_local, bdata::make(local_cases), c) {
+    BOOST_TEST(EngineAddress::parse(c.address).is_local() == c.local);
+}
+
+BOOST_AUTO_TEST_CASE(plain_tcp_to_another_host_is_refused_naming_the_address_and_the_fix) {
+    ClientOptions options;
+    options.address = EngineAddress::parse("tcp://192.0.2.1:2375");
+    for (auto check : std::vector<std::function<void()>>{[&] { check_plain_tcp(options); },
+                                                         [&] { Client client(options); }}) {
+        try {
+            check();
+            BOOST_FAIL("plain TCP to 192.0.2.1 was accepted");
+        } catch (const std::invalid_argument& e) {
+            const std::string what = e.what();
+            BOOST_TEST(what.find("tcp://192.0.2.1:2375") != std::string::npos, what);
+            BOOST_TEST(what.find("use TLS (DOCKER_TLS_VERIFY=1, DOCKER_CERT_PATH) or set engine.allow_plain_tcp") !=
+                           std::string::npos,
+                       what);
+        }
+    }
+    options.allow_plain_tcp = true;  // allowed: the client is made, and connects only when called
+    Client allowed(options);
+    BOOST_TEST(allowed.open_connections() == 0u);
+    options.allow_plain_tcp = false;
+    options.tls = TlsOptions{"/ca.pem", "", ""};
+    check_plain_tcp(options);  // TLS is not plain
+    options.tls.reset();
+    options.address = EngineAddress::parse("tcp://127.0.0.1:2375");
+    Client local(options);
+}
+
+// A scratch dir, removed at scope exit.
+struct TempDir {
+    std::string path;
+    TempDir() {
+        char pattern[] = "/tmp/reaper-client-test.XXXXXX";
+        path = ::mkdtemp(pattern);
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+    std::string write(const std::string& name, const std::string& text) const {
+        std::ofstream(path + "/" + name) << text;
+        return path + "/" + name;
+    }
+};
+
+BOOST_AUTO_TEST_CASE(tls_options_the_client_cannot_use_fail_its_constructor_named) {
+    TempDir dir;
+    const std::string garbage = dir.write("ca.pem", "not a certificate\n");
+    struct Case {
+        std::string address;
+        TlsOptions tls;
+        std::string problem;
+    };
+    const std::vector<Case> cases{
+        {"unix:///run/docker.sock", {garbage, "", ""}, "TLS is for tcp:// engines; unix:///run/docker.sock is a unix socket"},
+        {"tcp://127.0.0.1:2376", {"", "", ""}, "TLS needs a CA file"},
+        {"tcp://127.0.0.1:2376", {garbage, dir.path + "/cert.pem", ""}, "certificate file " + dir.path + "/cert.pem has no key file"},
+        {"tcp://127.0.0.1:2376", {garbage, "", dir.path + "/key.pem"}, "key file " + dir.path + "/key.pem has no certificate file"},
+        {"tcp://127.0.0.1:2376", {dir.path + "/none.pem", "", ""},
+         "TLS CA file " + dir.path + "/none.pem: cannot read: No such file or directory"},
+        {"tcp://127.0.0.1:2376", {garbage, "", ""}, "Cannot load CA file/directory at " + garbage},
+    };
+    for (const auto& c : cases) {
+        BOOST_TEST_CONTEXT(c.problem) {
+            ClientOptions options;
+            options.address = EngineAddress::parse(c.address);
+            options.tls = c.tls;
+            try {
+                Client client(options);
+                BOOST_FAIL("accepted");
+            } catch (const std::invalid_argument& e) {
+                BOOST_TEST(std::string(e.what()).find(c.problem) != std::string::npos, e.what());
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(tls_options_come_from_the_environment_as_the_docker_cli_reads_it) {
+    TempDir dir;
+    const char* home = std::getenv("HOME");
+    const std::string saved_home = home ? home : "";
+    ::setenv("HOME", dir.path.c_str(), 1);
+    ::unsetenv("DOCKER_CERT_PATH");
+    ::unsetenv("DOCKER_TLS_VERIFY");
+    BOOST_TEST(!TlsOptions::from_environment().has_value());
+    ::setenv("DOCKER_TLS_VERIFY", "", 1);
+    BOOST_TEST(!TlsOptions::from_environment().has_value());
+
+    // Any other value turns it on, "0" too, as for the docker CLI; the files default to
+    // ~/.docker, and a cert.pem or key.pem that does not exist is left out.
+    ::setenv("DOCKER_TLS_VERIFY", "0", 1);
+    BOOST_TEST((TlsOptions::from_environment() == TlsOptions{dir.path + "/.docker/ca.pem", "", ""}));
+
+    dir.write("cert.pem", "");
+    dir.write("key.pem", "");
+    ::setenv("DOCKER_CERT_PATH", dir.path.c_str(), 1);
+    const TlsOptions in_dir{dir.path + "/ca.pem", dir.path + "/cert.pem", dir.path + "/key.pem"};
+    BOOST_TEST((TlsOptions::from_environment() == in_dir));
+    BOOST_TEST((TlsOptions::in_directory(dir.path) == in_dir));
+
+    ::setenv("DOCKER_HOST", "tcp://127.0.0.1:2376", 1);
+    ::setenv("DOCKER_API_VERSION", "1.44", 1);
+    const auto options = ClientOptions::from_environment();
+    BOOST_TEST(options.address.to_string() == "tcp://127.0.0.1:2376");
+    BOOST_TEST(options.pinned_api_version == "1.44");
+    BOOST_TEST((options.tls == in_dir));
+    BOOST_TEST(!options.allow_plain_tcp);
+
+    ::unsetenv("DOCKER_CERT_PATH");
+    ::unsetenv("HOME");
+    BOOST_CHECK_THROW(TlsOptions::from_environment(), std::invalid_argument);
+    for (const char* name : {"DOCKER_TLS_VERIFY", "DOCKER_HOST", "DOCKER_API_VERSION"}) ::unsetenv(name);
+    if (home) ::setenv("HOME", saved_home.c_str(), 1);
 }
 
 BOOST_AUTO_TEST_CASE(query_encoding) {

@@ -104,9 +104,7 @@ Session::Session(SessionOptions options)
     }
     if (options_.label_key.empty()) throw std::invalid_argument("session label key is empty");
     if (!options_.engine_factory) {
-        ClientOptions client;
-        client.address = EngineAddress::from_environment();
-        options_.engine_factory = client_factory(std::move(client));
+        options_.engine_factory = client_factory(ClientOptions::from_environment());
     }
     if (options_.control_socket.empty()) options_.control_socket = control::socket_path_from_environment();
 }

@@ -1,4 +1,5 @@
-// The Docker Engine API client: HTTP/1.1 over the engine's unix socket (or plain TCP).
+// The Docker Engine API client: HTTP/1.1 over the engine's unix socket, or TCP with TLS (or
+// plain TCP to this host).
 #pragma once
 
 #include <reaper/engine.hpp>
@@ -6,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,12 +21,16 @@ struct EngineAddress {
     std::string host;  // Tcp
     std::uint16_t port = 0;
 
-    // Accepts "unix:///abs/path", "tcp://host:port" (no TLS) and a bare absolute path.
+    // Accepts "unix:///abs/path", "tcp://host:port" and a bare absolute path. Whether TCP
+    // uses TLS is not part of the address (as with DOCKER_HOST): see TlsOptions.
     // Throws std::invalid_argument naming the input and what is wrong with it.
     static EngineAddress parse(std::string_view text);
     // DOCKER_HOST if set and non-empty, else unix:///var/run/docker.sock.
     static EngineAddress from_environment();
     std::string to_string() const;
+    // A unix socket, or TCP to "localhost", 127.0.0.0/8 or ::1 (literally: names other than
+    // localhost are not resolved to find out).
+    bool is_local() const;
 };
 
 inline constexpr const char* default_engine_address = "unix:///var/run/docker.sock";
@@ -35,8 +41,38 @@ std::string api_version_from_environment();
 // "1.44": digits, a dot, digits.
 bool is_api_version(std::string_view text);
 
+// TLS to a tcp:// engine, as the docker CLI's --tlsverify: the engine's certificate must be
+// signed by `ca_file` and name the address's host (an IP address in its subjectAltName, or
+// a DNS name); this client shows `cert_file` with its key `key_file`, which an engine run
+// with --tlsverify requires. PEM files; the key unencrypted.
+struct TlsOptions {
+    std::string ca_file;
+    std::string cert_file;  // "" with key_file "": no client certificate
+    std::string key_file;
+
+    // ca.pem, cert.pem and key.pem in `dir`, the docker CLI's names in DOCKER_CERT_PATH; as
+    // for the CLI, cert.pem and key.pem are left out when they do not exist.
+    static TlsOptions in_directory(const std::string& dir);
+    // As the docker CLI reads its environment: DOCKER_TLS_VERIFY set to anything but ""
+    // (even "0") turns TLS with verification on, with the files in DOCKER_CERT_PATH, else in
+    // ~/.docker; unset or "": nullopt (no TLS). Throws std::invalid_argument when neither
+    // DOCKER_CERT_PATH nor HOME says where the files are.
+    static std::optional<TlsOptions> from_environment();
+
+    friend bool operator==(const TlsOptions&, const TlsOptions&) = default;
+};
+
 struct ClientOptions {
     EngineAddress address;
+    // TLS for a tcp:// address (nullopt: plain). The files are read when the Client is made:
+    // a file that is missing, unreadable or not PEM, or a key that is not cert_file's, throws
+    // std::invalid_argument from the constructor, naming the file; so does TLS for a unix
+    // socket.
+    std::optional<TlsOptions> tls;
+    // Plain TCP to a host that is not local (EngineAddress::is_local) is refused unless this
+    // is set: the Engine API is root on the engine's host, and without TLS anyone on the
+    // network path can read and drive it. See check_plain_tcp().
+    bool allow_plain_tcp = false;
     // Receive/send timeout set on the socket for each request. Waits and event streams
     // have their own bounds.
     std::chrono::milliseconds request_timeout{30'000};
@@ -55,7 +91,17 @@ struct ClientOptions {
     std::string pinned_api_version;
     // Idle kept-alive connections kept for reuse; more are closed after their request.
     std::size_t max_idle_connections = 4;
+
+    // The docker CLI's environment: the address from DOCKER_HOST, the pinned version from
+    // DOCKER_API_VERSION, TLS from DOCKER_TLS_VERIFY and DOCKER_CERT_PATH (each as the
+    // functions above read them, and throwing as they do); the rest default.
+    static ClientOptions from_environment();
 };
+
+// Throws std::invalid_argument when `options` ask for plain TCP to a host that is not local
+// without allow_plain_tcp, naming the address and the fix. The Client's constructor checks
+// it first; callers that report configuration errors by their source can ask before.
+void check_plain_tcp(const ClientOptions& options);
 
 // Query-string helpers, public for their unit tests.
 std::string url_encode(std::string_view text);
@@ -71,10 +117,14 @@ int compare_api_versions(std::string_view a, std::string_view b);
 // one or a new one), so calls from several threads run in parallel. A Client owns every
 // connection it opens, including those of its event streams; close() shuts all of them
 // down (in-flight calls fail with ClientClosed) and releases the fds; two clients never
-// share a connection and there is no process-wide state.
+// share a connection and there is no process-wide state (but OpenSSL's, once TLS is used).
+// A TLS handshake the engine refuses, or an engine certificate that does not verify, fails
+// a call with Unreachable naming the reason.
 class Client final : public Engine {
 public:
-    // Does not connect; the first call does, and negotiates the API version then.
+    // Does not connect; the first call does, and negotiates the API version then. Throws
+    // std::invalid_argument for plain TCP it refuses (check_plain_tcp) and TLS options it
+    // cannot use (see ClientOptions::tls).
     explicit Client(ClientOptions options);
     ~Client() override;
     Client(const Client&) = delete;

@@ -104,8 +104,9 @@ EngineFactory client_factory(ClientOptions options);
 struct SessionOptions {
     // "" = a fresh random id ("s-" + 16 hex digits). Must pass control::validate_session_id.
     std::string session_id;
-    // Makes the session's own engine client; empty = client_factory() with DOCKER_HOST
-    // (EngineAddress::from_environment()).
+    // Makes the session's own engine client; empty = client_factory() with the docker CLI's
+    // environment (ClientOptions::from_environment(): DOCKER_HOST, DOCKER_API_VERSION,
+    // DOCKER_TLS_VERIFY, DOCKER_CERT_PATH).
     EngineFactory engine_factory;
 
     // Label put on every created container: label_key=<session id>.
@@ -164,7 +165,8 @@ const char* to_string(TeardownResult::Container outcome);
 class Session {
 public:
     // Holds nothing and connects nowhere until an open call. Throws std::invalid_argument for
-    // a bad session id or label key, or a bad DOCKER_HOST when no engine_factory is given.
+    // a bad session id or label key, or a bad DOCKER_HOST, DOCKER_API_VERSION or TLS files
+    // when no engine_factory is given.
     explicit Session(SessionOptions options = {});
     ~Session();  // close()
     Session(const Session&) = delete;
