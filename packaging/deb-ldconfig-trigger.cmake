@@ -1,0 +1,35 @@
+# CPACK_POST_BUILD_SCRIPTS: CPack 3.25 gives a package with a shared library in /usr/lib a
+# postinst and a postrm that call ldconfig, which lintian flags (maintscript-calls-ldconfig):
+# Debian runs ldconfig from a trigger instead, and libreaper0 ships that trigger
+# (debian/libreaper0/triggers). This rebuilds each such .deb without those two scripts, and
+# only when they are CPack's (nothing but an ldconfig call).
+find_program(DPKG_DEB dpkg-deb REQUIRED)
+foreach(deb IN LISTS CPACK_PACKAGE_FILES)
+  if(NOT deb MATCHES "\\.deb$")
+    continue()
+  endif()
+  set(root "${deb}.d")
+  file(REMOVE_RECURSE "${root}")
+  execute_process(COMMAND ${DPKG_DEB} -R "${deb}" "${root}" COMMAND_ERROR_IS_FATAL ANY)
+  if(NOT EXISTS "${root}/DEBIAN/triggers")
+    file(REMOVE_RECURSE "${root}")
+    continue()
+  endif()
+  file(READ "${root}/DEBIAN/triggers" triggers)
+  set(changed FALSE)
+  foreach(script IN ITEMS postinst postrm)
+    if(triggers MATCHES "activate-noawait ldconfig" AND EXISTS "${root}/DEBIAN/${script}")
+      file(READ "${root}/DEBIAN/${script}" text)
+      string(REGEX REPLACE "#!/bin/sh|set -e|if \\[ \"\\$1\" = \"[a-z]+\" \\]; then|ldconfig|fi|[ \t\n]" "" rest "${text}")
+      if(rest STREQUAL "")
+        file(REMOVE "${root}/DEBIAN/${script}")
+        set(changed TRUE)
+      endif()
+    endif()
+  endforeach()
+  if(changed)
+    execute_process(COMMAND ${DPKG_DEB} --root-owner-group -Zgzip -b "${root}" "${deb}"
+                    OUTPUT_QUIET COMMAND_ERROR_IS_FATAL ANY)
+  endif()
+  file(REMOVE_RECURSE "${root}")
+endforeach()

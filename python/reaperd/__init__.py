@@ -1,0 +1,78 @@
+"""A Python client for reaperd (standard library only).
+
+    import reaperd
+
+    with reaperd.lease("build-4711"):          # held, and taken again if reaperd restarts
+        client = reaperd.label_client(docker.from_env(), "build-4711")
+        client.containers.run("busybox", "sleep 600", detach=True)   # labelled reaperd.session
+        ...
+    reaperd.end("build-4711")                  # optional: reap its containers now
+    reaperd.orphan(container_id)               # reap one container now (a delete failed)
+    reaperd.status()                           # the daemon's status, a dict
+
+The socket is $REAPERD_SOCKET or /run/reaperd/control.sock unless socket_path= is given.
+The protocol: docs/control-protocol.md. The pytest plugin: reaperd.pytest_plugin.
+"""
+
+from .control import (
+    DEFAULT_SOCKET_PATH,
+    Client,
+    ControlError,
+    DaemonUnreachable,
+    ErrorReply,
+    Lease,
+    ProtocolViolation,
+    socket_path_from_environment,
+    validate_container,
+    validate_session_id,
+)
+from .labels import SESSION_LABEL, LabelledClient, label_client, labels_for
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_SOCKET_PATH",
+    "SESSION_LABEL",
+    "Client",
+    "ControlError",
+    "DaemonUnreachable",
+    "ErrorReply",
+    "LabelledClient",
+    "Lease",
+    "ProtocolViolation",
+    "end",
+    "label_client",
+    "labels_for",
+    "lease",
+    "metrics",
+    "orphan",
+    "socket_path_from_environment",
+    "status",
+    "validate_container",
+    "validate_session_id",
+]
+
+
+def lease(session, socket_path=None, **options):
+    """A context manager holding a lease on `session` (see Lease for the options)."""
+    return Lease(session, socket_path, **options)
+
+
+def end(session, socket_path=None, timeout=2.0):
+    """Ends the session: reaperd reaps its containers now."""
+    Client(socket_path, timeout).end(session)
+
+
+def orphan(container, session=None, socket_path=None, timeout=2.0):
+    """Asks reaperd to reap one container now (only if it owns it by label)."""
+    Client(socket_path, timeout).orphan(container, session)
+
+
+def status(socket_path=None, timeout=2.0):
+    """The daemon's status object, a dict."""
+    return Client(socket_path, timeout).status()
+
+
+def metrics(socket_path=None, timeout=2.0):
+    """The daemon's metrics, Prometheus text."""
+    return Client(socket_path, timeout).metrics()
