@@ -2,8 +2,9 @@
 # Builds and runs every benchmark (bench/*_bench.cpp), each against its own private engine,
 # as root on Debian 12. Each prints its figures, the baseline measured in the same run, the
 # ratio and PASS/FAIL against its target. daemon_bench took 3.5 minutes here on 2 cores
-# (6.5-9 under a load average of 15-25), logcap_bench about 1, and load_bench, the 5-minute
-# load test, about 6 (scripts/load.sh runs it alone and takes a duration).
+# (6.5-9 under a load average of 15-25), logcap_bench about 1, proxy_bench (`run --own`'s
+# proxy against direct calls) about 2.5, and load_bench, the 5-minute load test, about 6
+# (scripts/load.sh runs it alone and takes a duration).
 #
 #   bench/run.sh                      all benchmarks, in build/ (the tree scripts/test.sh uses)
 #   bench/run.sh --build-dir DIR      build elsewhere

@@ -3,6 +3,7 @@
 // `run` exits with its tool's status (128+N when the tool was killed by signal N), 126/127
 // when the tool cannot be started.
 #include "reaper/control.hpp"
+#include "reaper/proxy.hpp"
 #include "reaperctl_format.hpp"
 
 #include <fcntl.h>
@@ -14,13 +15,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,7 +31,6 @@ extern char** environ;
 namespace {
 
 namespace control = reaper::control;
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr int exit_ok = 0;
@@ -47,10 +47,14 @@ const char* const usage_text =
     "\n"
     "Commands:\n"
     "  hold SESSION                 hold a lease on SESSION until killed or stdin closes\n"
-    "  run SESSION -- COMMAND [ARGS...]\n"
+    "  run [--own [--engine ADDR]] SESSION -- COMMAND [ARGS...]\n"
     "                               run COMMAND while holding a lease on SESSION; the tool\n"
     "                               gets REAPERD_SESSION=SESSION; signals are forwarded and\n"
-    "                               reaperctl exits with the tool's status\n"
+    "                               reaperctl exits with the tool's status. With --own the\n"
+    "                               tool's DOCKER_HOST is a private socket that labels every\n"
+    "                               container, network and volume it creates with\n"
+    "                               reaperd.session=SESSION; requests go on to the engine at\n"
+    "                               ADDR (default: $DOCKER_HOST, else unix:///var/run/docker.sock)\n"
     "  end SESSION                  end SESSION now: reaperd reaps its containers\n"
     "  orphan CONTAINER [--session SESSION]\n"
     "                               report a container to reap now\n"
@@ -92,72 +96,31 @@ int block_into_signalfd(bool with_child, sigset_t& previous) {
     return fd;
 }
 
-// Keeps a lease on one session for as long as reaperctl runs: when the daemon goes away
-// (restart, upgrade), it reconnects with backoff, because reaperd restores leases after a
-// restart only for the clients that come back within the grace.
-class LeaseKeeper {
-public:
-    LeaseKeeper(control::ControlClient& client, std::string session)
-        : client_(client), session_(std::move(session)) {}
-
-    // First attempt; the caller decides what an unreachable daemon means. Throws what
-    // ControlClient::lease throws.
-    void acquire() {
-        lease_ = client_.lease(session_);
-        backoff_ = initial_backoff;
-    }
-
-    // Start retrying in the background after a failed first attempt.
-    void retry_later() { next_attempt_ = Clock::now() + backoff_; }
-
-    int fd() const { return lease_ ? lease_->native_handle() : -1; }
-
-    // Milliseconds poll() may sleep before the next reconnect attempt; -1 while holding.
-    int poll_timeout_ms() const {
-        if (lease_) return -1;
-        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_attempt_ - Clock::now());
-        return static_cast<int>(std::max<long long>(0, wait.count()));
-    }
-
-    // The lease descriptor became readable or hung up: the daemon closed it.
-    void on_lease_event() {
-        if (!lease_ || lease_->alive()) return;
-        lease_.reset();
-        warn("reaperd closed the lease on " + session_ + "; reconnecting to " +
-             client_.socket_path());
-        next_attempt_ = Clock::now();
-        backoff_ = initial_backoff;
-        reported_failure_ = false;
-    }
-
-    void on_timeout() {
-        if (lease_ || Clock::now() < next_attempt_) return;
-        try {
-            lease_ = client_.lease(session_);
-            warn("lease on " + session_ + " restored");
-            backoff_ = initial_backoff;
-            reported_failure_ = false;
-        } catch (const control::ControlError& e) {
-            if (!reported_failure_) warn(std::string(e.what()) + "; will keep trying");
-            reported_failure_ = true;
-            backoff_ = std::min(backoff_ * 2, max_backoff);
-            next_attempt_ = Clock::now() + backoff_;
+// A lease keeper for `hold` and `run`: the library's, which reconnects whenever reaperd
+// closes the lease (a restart gives the sessions that held leases one lease_grace to come
+// back), telling stderr what happens.
+control::LeaseKeeper make_keeper(const control::ControlClient& client, const std::string& session) {
+    control::LeaseKeeperOptions options;
+    options.observer = [path = client.socket_path(), session](control::LeaseEvent event,
+                                                                const std::exception_ptr& error) {
+        switch (event) {
+            case control::LeaseEvent::Lost:
+                warn("reaperd closed the lease on " + session + "; reconnecting to " + path);
+                break;
+            case control::LeaseEvent::Failing:
+                try {
+                    std::rethrow_exception(error);
+                } catch (const std::exception& e) {
+                    warn(std::string(e.what()) + "; will keep trying");
+                }
+                break;
+            case control::LeaseEvent::Taken:
+                warn("lease on " + session + " restored");
+                break;
         }
-    }
-
-    void release() noexcept { lease_.reset(); }
-
-private:
-    static constexpr std::chrono::milliseconds initial_backoff{200};
-    static constexpr std::chrono::milliseconds max_backoff{5000};
-
-    control::ControlClient& client_;
-    std::string session_;
-    std::unique_ptr<control::Lease> lease_;
-    Clock::time_point next_attempt_{};
-    std::chrono::milliseconds backoff_{initial_backoff};
-    bool reported_failure_ = false;
-};
+    };
+    return control::LeaseKeeper(client, session, std::move(options));
+}
 
 // stdin counts as "the holder" only when it can close: a pipe, socket or terminal. A
 // regular file or /dev/null (what a shell gives a background job) would end the hold at once.
@@ -178,30 +141,22 @@ void validate_session_arg(const std::string& session) {
 
 int hold(control::ControlClient& client, const std::string& session) {
     validate_session_arg(session);
-    LeaseKeeper keeper(client, session);
-    keeper.acquire();
+    auto keeper = make_keeper(client, session);
+    if (auto failure = keeper.start()) std::rethrow_exception(failure);
     sigset_t previous;
     const int signals = block_into_signalfd(false, previous);
     const bool watch_stdin = stdin_can_signal_close();
+    // The keeper's thread keeps the lease; this one only waits for the end of the hold.
     for (;;) {
-        std::vector<pollfd> fds{{signals, POLLIN, 0}, {watch_stdin ? STDIN_FILENO : -1, POLLIN, 0},
-                                {keeper.fd(), POLLIN, 0}};
-        const int ready = poll(fds.data(), fds.size(), keeper.poll_timeout_ms());
+        std::vector<pollfd> fds{{signals, POLLIN, 0}, {watch_stdin ? STDIN_FILENO : -1, POLLIN, 0}};
+        const int ready = poll(fds.data(), fds.size(), -1);
         if (ready < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
-        if (fds[0].revents & POLLIN) {
-            keeper.release();
-            return exit_ok;
-        }
+        if (fds[0].revents & POLLIN) return exit_ok;
         if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
             char buffer[4096];
             const auto n = read(STDIN_FILENO, buffer, sizeof buffer);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                keeper.release();
-                return exit_ok;
-            }
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return exit_ok;
         }
-        if (fds[2].revents != 0) keeper.on_lease_event();
-        keeper.on_timeout();
     }
 }
 
@@ -226,17 +181,78 @@ std::vector<std::string> environment_for(const std::string& session,
     return env;
 }
 
+// `run --own`: the tool's private engine socket, a labelling proxy in a 0700 temp dir, for
+// the tool's lifetime. Stopped (and its dir removed) before the lease is dropped, so nothing
+// the tool creates can arrive after its session may end.
+class OwnedEngine {
+public:
+    OwnedEngine(const std::string& session, const reaper::EngineAddress& upstream) {
+        const auto base = std::filesystem::temp_directory_path() / "reaperctl-own.XXXXXX";
+        std::string pattern = base.string();
+        if (!::mkdtemp(pattern.data())) {
+            throw std::runtime_error("cannot make a temp dir for the engine socket: " +
+                                     std::string(std::strerror(errno)));
+        }
+        dir_ = pattern;
+        reaper::ProxyOptions options;
+        options.upstream = upstream;
+        options.listen_path = dir_ + "/docker.sock";
+        options.session = session;
+        options.log = reaper::stderr_log_sink(reaper::LogLevel::Warning);
+        try {
+            proxy_.emplace(std::move(options));
+            proxy_->start();
+        } catch (...) {
+            remove_dir();
+            throw;
+        }
+    }
+    ~OwnedEngine() {
+        proxy_.reset();
+        remove_dir();
+    }
+    OwnedEngine(const OwnedEngine&) = delete;
+    OwnedEngine& operator=(const OwnedEngine&) = delete;
+
+    std::string docker_host() const { return "unix://" + proxy_->options().listen_path; }
+
+    // Stops serving and tells stderr what the tool's session owns.
+    void finish() {
+        proxy_->stop();
+        const auto stats = proxy_->stats();
+        auto count = [](std::uint64_t n, const char* what) {
+            return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+        };
+        std::string line = "labelled " + count(stats.containers, "container") + ", " +
+                           count(stats.networks, "network") + ", " + count(stats.volumes, "volume") +
+                           " with reaperd.session=" + proxy_->options().session;
+        if (stats.refused > 0) line += "; refused " + count(stats.refused, "request");
+        warn(line);
+    }
+
+private:
+    void remove_dir() noexcept {
+        std::error_code ignored;
+        std::filesystem::remove_all(dir_, ignored);
+    }
+
+    std::string dir_;
+    std::optional<reaper::EngineProxy> proxy_;
+};
+
 int run(control::ControlClient& client, const std::string& session,
-        const std::vector<std::string>& command, const std::optional<std::string>& socket) {
+        const std::vector<std::string>& command, const std::optional<std::string>& socket,
+        const std::optional<reaper::EngineAddress>& own_upstream) {
     validate_session_arg(session);
     if (command.empty()) throw UsageError{"run needs a COMMAND after the session"};
-    LeaseKeeper keeper(client, session);
-    try {
-        keeper.acquire();
-    } catch (const control::DaemonUnreachable& e) {
-        // The tool matters more than the safety net: run it, and keep trying to take the lease.
-        warn(std::string(e.what()) + "; running " + command[0] + " without a lease");
-        keeper.retry_later();
+    auto keeper = make_keeper(client, session);
+    if (auto failure = keeper.start()) {
+        try {
+            std::rethrow_exception(failure);
+        } catch (const control::DaemonUnreachable& e) {
+            // The tool matters more than the safety net: run it; the keeper goes on trying.
+            warn(std::string(e.what()) + "; running " + command[0] + " without a lease");
+        }
     }
 
     sigset_t previous;
@@ -257,6 +273,17 @@ int run(control::ControlClient& client, const std::string& session,
     for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
     auto env_strings = environment_for(session, socket);
+    // Declared after the keeper: destroyed first, so the proxy stops before the lease drops.
+    std::optional<OwnedEngine> owned;
+    if (own_upstream) {
+        owned.emplace(session, *own_upstream);
+        // The private socket speaks plain HTTP: a client told to use TLS would fail on it.
+        std::erase_if(env_strings, [](const std::string& entry) {
+            return entry.starts_with("DOCKER_HOST=") || entry.starts_with("DOCKER_TLS_VERIFY=") ||
+                   entry.starts_with("DOCKER_CERT_PATH=");
+        });
+        env_strings.push_back("DOCKER_HOST=" + owned->docker_host());
+    }
     std::vector<char*> envp;
     for (auto& entry : env_strings) envp.push_back(entry.data());
     envp.push_back(nullptr);
@@ -265,16 +292,16 @@ int run(control::ControlClient& client, const std::string& session,
     const int spawned = posix_spawnp(&child, argv[0], nullptr, &attributes, argv.data(), envp.data());
     posix_spawnattr_destroy(&attributes);
     if (spawned != 0) {
-        keeper.release();
         warn("cannot run " + command[0] + ": " + std::strerror(spawned));
         return spawned == ENOENT ? exit_not_found : exit_cannot_execute;
     }
 
+    // The keeper's thread keeps the lease; it is dropped when `keeper` goes, as the tool ends.
     for (;;) {
-        std::vector<pollfd> fds{{signals, POLLIN, 0}, {keeper.fd(), POLLIN, 0}};
-        const int ready = poll(fds.data(), fds.size(), keeper.poll_timeout_ms());
+        pollfd fds{signals, POLLIN, 0};
+        const int ready = poll(&fds, 1, -1);
         if (ready < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
-        if (fds[0].revents & POLLIN) {
+        if (fds.revents & POLLIN) {
             signalfd_siginfo info{};
             while (read(signals, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
                 const int signal = static_cast<int>(info.ssi_signo);
@@ -288,12 +315,10 @@ int run(control::ControlClient& client, const std::string& session,
             int status = 0;
             const pid_t done = waitpid(child, &status, WNOHANG);
             if (done == child) {
-                keeper.release();
+                if (owned) owned->finish();
                 return exit_status_of(status);
             }
         }
-        if (fds[1].revents != 0) keeper.on_lease_event();
-        keeper.on_timeout();
     }
 }
 
@@ -308,6 +333,8 @@ struct Arguments {
     std::vector<std::string> operands;  // positional arguments after the command
     std::vector<std::string> tool;      // run: everything after the session (and "--")
     std::optional<std::string> orphan_session;
+    bool own = false;                   // run --own
+    std::optional<std::string> engine;  // run --engine ADDR
     bool json = false;
     bool help = false;
     bool version = false;
@@ -346,6 +373,15 @@ Arguments parse_arguments(int argc, char** argv) {
             } else {
                 args.orphan_session = word.substr(10);
             }
+        } else if (word == "--own" && args.command == "run") {
+            args.own = true;
+        } else if ((word == "--engine" || word.starts_with("--engine=")) && args.command == "run") {
+            if (word == "--engine") {
+                if (i + 1 >= words.size()) throw UsageError{"--engine needs an ADDR"};
+                args.engine = words[++i];
+            } else {
+                args.engine = word.substr(9);
+            }
         } else if (word == "--" && args.command == "run") {
             throw UsageError{"run needs a SESSION before --"};
         } else if (word.starts_with("-") && word != "-") {
@@ -376,7 +412,21 @@ int dispatch(const Arguments& args) {
     }
     if (args.command == "run") {
         if (args.operands.empty()) throw UsageError{"run takes SESSION -- COMMAND [ARGS...]"};
-        return run(client, args.operands[0], args.tool, args.socket);
+        if (args.engine && !args.own) throw UsageError{"--engine is for run --own"};
+        std::optional<reaper::EngineAddress> own_upstream;
+        if (args.own) {
+            try {
+                own_upstream = args.engine ? reaper::EngineAddress::parse(*args.engine)
+                                           : reaper::EngineAddress::from_environment();
+            } catch (const std::invalid_argument& e) {
+                throw UsageError{e.what()};
+            }
+            const char* tls = std::getenv("DOCKER_TLS_VERIFY");
+            if (own_upstream->kind == reaper::EngineAddress::Kind::Tcp && tls && *tls) {
+                throw UsageError{"run --own forwards to the engine without TLS, and DOCKER_TLS_VERIFY is set"};
+            }
+        }
+        return run(client, args.operands[0], args.tool, args.socket, own_upstream);
     }
     if (args.command == "end") {
         expect_operands(args, 1, "one SESSION");

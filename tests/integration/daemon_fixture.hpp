@@ -261,4 +261,106 @@ inline reaper::Labels session_label(const std::string& session) {
     return {{"reaperd.session", session}};
 }
 
+// A child process (reaperctl run, a client tool) with stdin from /dev/null, stdout and
+// stderr to files in `dir`, and `extra_env` ("KEY=value", replacing the test's own KEY) on top
+// of the test's environment. Killed with SIGKILL if still running when destroyed.
+class Child {
+public:
+    Child(const std::string& dir, std::vector<std::string> argv,
+          const std::vector<std::string>& extra_env = {}) {
+        static int counter = 0;
+        const auto stem = dir + "/child" + std::to_string(++counter);
+        out_path_ = stem + ".stdout";
+        err_path_ = stem + ".stderr";
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path_.c_str(),
+                                         O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path_.c_str(),
+                                         O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        std::vector<char*> args;
+        for (auto& a : argv) args.push_back(a.data());
+        args.push_back(nullptr);
+        std::vector<std::string> env;
+        for (char** e = environ; *e; ++e) {
+            const std::string entry = *e;
+            const auto key = entry.substr(0, entry.find('=') + 1);
+            bool replaced = false;
+            for (const auto& extra : extra_env) replaced = replaced || extra.rfind(key, 0) == 0;
+            if (!replaced) env.push_back(entry);
+        }
+        env.insert(env.end(), extra_env.begin(), extra_env.end());
+        std::vector<char*> envp;
+        for (auto& e : env) envp.push_back(e.data());
+        envp.push_back(nullptr);
+        const int rc = posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
+        posix_spawn_file_actions_destroy(&actions);
+        BOOST_REQUIRE_MESSAGE(rc == 0, "spawning " << argv[0] << ": " << std::strerror(rc));
+    }
+    ~Child() {
+        if (running()) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+    }
+    Child(const Child&) = delete;
+    Child& operator=(const Child&) = delete;
+
+    pid_t pid() const { return pid_; }
+    bool running() {
+        if (status_ >= 0) return false;
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) != pid_) return true;
+        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return false;
+    }
+    // The exit code (128+N for signal N), or -1 if it is still running after `limit`.
+    int wait(std::chrono::milliseconds limit = 120s) {
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        while (running()) {
+            if (std::chrono::steady_clock::now() > deadline) return -1;
+            std::this_thread::sleep_for(5ms);
+        }
+        return status_;
+    }
+    void signal(int number) { ::kill(pid_, number); }
+    std::string stdout_text() const { return slurp(out_path_); }
+    std::string stderr_text() const { return slurp(err_path_); }
+
+private:
+    static std::string slurp(const std::string& path) {
+        std::ifstream in(path);
+        std::stringstream text;
+        text << in.rdbuf();
+        return text.str();
+    }
+
+    pid_t pid_ = -1;
+    int status_ = -1;
+    std::string out_path_;
+    std::string err_path_;
+};
+
+// `reaperctl --socket SOCKET run --own SESSION -- COMMAND...`
+inline std::vector<std::string> own_run_argv(const std::string& socket, const std::string& session,
+                                             const std::vector<std::string>& command) {
+    std::vector<std::string> argv{REAPERCTL_PATH, "--socket", socket, "run", "--own", session, "--"};
+    argv.insert(argv.end(), command.begin(), command.end());
+    return argv;
+}
+
+// Runs Debian's docker CLI against the private engine; its stdout and stderr.
+inline std::string docker_cli(const std::string& args) {
+    const std::string command =
+        "/usr/bin/docker --host " + reaper::test::engine().address() + " " + args + " 2>&1";
+    std::string out;
+    if (FILE* pipe = ::popen(command.c_str(), "r")) {
+        char buffer[4096];
+        while (auto n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+        ::pclose(pipe);
+    }
+    return out;
+}
+
 }  // namespace reaperd::itest

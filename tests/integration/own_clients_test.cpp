@@ -1,0 +1,300 @@
+// `reaperctl run --own S -- TOOL` with unmodified clients against the private engine: the
+// docker CLI (Debian's, and a newer one at /usr/local/bin/docker when present), docker-py and
+// docker-compose from Debian. Each tool creates and leaves things behind through the proxy;
+// after the run, reaperd (a child process) reaps every container it made, networks and
+// volumes carry the session label (reaping them is another issue: the test removes them),
+// and a container made meanwhile outside the proxy is untouched.
+//
+// The private engine runs with --bridge=none, which only drops the default docker0 bridge:
+// a user-defined network with the bridge driver is created and joined offline here, so the
+// compose project uses one (an `internal: true` network works as well; `null` and `host`
+// allow one instance only and cannot be created).
+#include "daemon_fixture.hpp"
+#include "engine.hpp"
+
+#include <fstream>
+
+using namespace reaperd::itest;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+long long ms_since(Clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+struct OwnFixture {
+    OwnFixture() {
+        daemon.start();
+        char pattern[] = "/tmp/own-clients.XXXXXX";
+        dir = ::mkdtemp(pattern);
+    }
+    ~OwnFixture() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+        try {
+            if (!outsider.empty()) engine_client().remove(outsider, {true, true});
+        } catch (const std::exception&) {
+            // Already gone: the test failed on it.
+        }
+    }
+
+    std::string write(const std::string& name, const std::string& text) const {
+        const auto path = dir + "/" + name;
+        std::ofstream(path) << text;
+        return path;
+    }
+
+    // Runs `command` under `reaperctl run --own session`, with the private engine as the
+    // upstream through DOCKER_HOST; returns its exit code and keeps its output in `last`.
+    int run_own(const std::string& session, const std::vector<std::string>& command) {
+        last = std::make_unique<Child>(dir, own_run_argv(daemon.socket, session, command),
+                                       std::vector<std::string>{
+                                           "DOCKER_HOST=" + reaper::test::engine().address(),
+                                           "DOCKER_CONFIG=" + dir + "/docker-config",
+                                           "OUT=" + dir,
+                                       });
+        // Made while the run is alive, straight on the engine: it must stay.
+        if (outsider.empty()) outsider = run_container({{"team", "outside"}});
+        const int code = last->wait(300s);
+        BOOST_TEST_MESSAGE("tool stdout:\n" << last->stdout_text() << "tool stderr:\n" << last->stderr_text());
+        return code;
+    }
+
+    std::vector<reaper::ContainerSummary> containers_of(const std::string& session) const {
+        reaper::ListOptions options;
+        options.all = true;
+        options.filters = {{"label", {"reaperd.session=" + session}}};
+        return engine_client().list_containers(options);
+    }
+
+    // After the run: its containers go within lease_grace and a margin, the outsider stays.
+    void expect_reaped(const std::string& session, std::size_t made) {
+        BOOST_TEST(containers_of(session).size() == made);
+        const auto ended = Clock::now();
+        BOOST_TEST(eventually([&] { return containers_of(session).empty(); }, 30s), daemon.log_text());
+        BOOST_TEST_MESSAGE(session << ": " << made << " containers reaped " << ms_since(ended)
+                                   << " ms after the run ended (lease_grace 2 s)");
+        BOOST_TEST(exists(outsider));
+        BOOST_TEST(engine_client().inspect(outsider).state.running);
+    }
+
+    // The session's networks or volumes ("network" / "volume"): each must carry the label;
+    // removed here, since reaperd reaps containers only.
+    std::vector<std::string> labelled(const std::string& kind, const std::string& session) const {
+        std::istringstream lines(docker_cli(kind + " ls --format '{{.Name}}' --filter label=reaperd.session=" + session));
+        std::vector<std::string> names;
+        for (std::string line; std::getline(lines, line);)
+            if (!line.empty()) names.push_back(line);
+        return names;
+    }
+    void remove_labelled(const std::string& kind, const std::string& session) const {
+        for (const auto& name : labelled(kind, session)) docker_cli(kind + " rm " + name);
+    }
+
+    Reaperd daemon;
+    std::string dir;
+    std::string outsider;
+    std::unique_ptr<Child> last;
+};
+
+const char* const cli_script = R"SH(set -eu
+docker() { "$CLI" "$@"; }
+img=reaper-test/busybox:latest
+label() { docker inspect --format '{{index .Config.Labels "reaperd.session"}}' "$1"; }
+
+# run -d
+d=$(docker run -d --network none $img sh -c 'echo started; exec sleep 600')
+[ "$(label "$d")" = "$REAPERD_SESSION" ]
+
+# run -i with stdin piped: the container must see EOF for cat to end
+out=$(printf 'line1\nline2\n' | docker run -i --network none $img sh -c 'cat; echo done')
+[ "$out" = "$(printf 'line1\nline2\ndone')" ]
+
+# exec, without and with stdin
+[ "$(docker exec "$d" echo exec-ok)" = exec-ok ]
+[ "$(printf in-exec | docker exec -i "$d" cat)" = in-exec ]
+
+# logs -f follows until the container ends
+l=$(docker run -d --network none $img sh -c 'for i in 1 2 3; do echo log$i; sleep 0.3; done')
+[ "$(docker logs -f "$l" | tr '\n' ' ')" = "log1 log2 log3 " ]
+
+# attach before the output comes, then wait
+a=$(docker run -d --network none $img sh -c 'sleep 3; echo attached-out')
+[ "$(docker attach --no-stdin "$a")" = attached-out ]
+[ "$(docker wait "$a")" = 0 ]
+
+# create and rm
+r=$(docker create --network none $img true)
+docker rm "$r" >/dev/null
+
+# a session label of another is refused, in the engine's words
+if docker create --network none --label reaperd.session=someone-else $img true 2>"$OUT/refused"; then
+  echo "foreign label accepted"; exit 1
+fi
+grep -q 'already set' "$OUT/refused"
+echo all-ok
+)SH";
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_docker_cli_through_the_proxy_leaves_nothing_behind) {
+    OwnFixture f;
+    const auto script = f.write("cli.sh", cli_script);
+    std::vector<std::string> clis{"/usr/bin/docker"};
+    if (fs::exists("/usr/local/bin/docker")) clis.push_back("/usr/local/bin/docker");
+    int n = 0;
+    for (const auto& cli : clis) {
+        BOOST_TEST_CONTEXT(cli) {
+            const auto session = "own-cli-" + std::to_string(++n);
+            const auto started = Clock::now();
+            BOOST_TEST(f.run_own(session, {"/usr/bin/env", "CLI=" + cli, "/bin/sh", script}) == 0);
+            BOOST_TEST_MESSAGE(cli << ": the script took " << ms_since(started) << " ms through the proxy");
+            BOOST_TEST(f.last->stdout_text().find("all-ok") != std::string::npos);
+            // d, run -i, logs, attach, create+rm: 5 made; the refused one never reached the engine.
+            const auto summary = f.last->stderr_text();
+            BOOST_TEST(summary.find("labelled 5 containers, 0 networks, 0 volumes with reaperd.session=" + session +
+                                    "; refused 1 request") != std::string::npos,
+                       summary);
+            f.expect_reaped(session, 4);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(docker_py_through_the_proxy_leaves_nothing_behind) {
+    OwnFixture f;
+    const auto script = f.write("client.py", R"PY(
+import os, sys
+import docker
+
+S = os.environ["REAPERD_SESSION"]
+img = "reaper-test/busybox:latest"
+c = docker.from_env()
+
+net = c.networks.create("own-py-net", driver="bridge")
+vol = c.volumes.create("own-py-vol")
+box = c.containers.run(img, ["sleep", "600"], detach=True, network_mode="none",
+                       volumes={vol.name: {"bind": "/data", "mode": "rw"}})
+assert box.labels.get("reaperd.session") == S, box.labels
+rc, out = box.exec_run(["sh", "-c", "echo exec-ok > /data/x; cat /data/x"])
+assert (rc, out) == (0, b"exec-ok\n"), (rc, out)
+
+# run without detach: attach, start, wait and read the logs
+out = c.containers.run(img, ["echo", "hello from run"], network_mode="none")
+assert out == b"hello from run\n", out
+
+s = c.containers.run(img, ["sh", "-c", "for i in 1 2 3; do echo s$i; sleep 0.2; done"],
+                     detach=True, network_mode="none")
+streamed = b"".join(s.logs(stream=True, follow=True))
+assert streamed == b"s1\ns2\ns3\n", streamed
+assert s.wait()["StatusCode"] == 0
+
+net.reload()
+assert net.attrs["Labels"].get("reaperd.session") == S, net.attrs["Labels"]
+vol.reload()
+assert vol.attrs["Labels"].get("reaperd.session") == S, vol.attrs["Labels"]
+
+# a label of its own is kept beside the session's; another session's is refused
+own = c.containers.create(img, ["true"], network_mode="none", labels={"team": "qa"})
+assert own.labels == {"team": "qa", "reaperd.session": S}, own.labels
+try:
+    c.containers.create(img, ["true"], network_mode="none", labels={"reaperd.session": "other"})
+    sys.exit("a foreign session label was accepted")
+except docker.errors.APIError as e:
+    assert e.status_code == 400 and "already set" in str(e), e
+print("all-ok")
+)PY");
+    const std::string session = "own-py";
+    BOOST_TEST(f.run_own(session, {"/usr/bin/python3", script}) == 0);
+    BOOST_TEST(f.last->stdout_text().find("all-ok") != std::string::npos);
+    BOOST_TEST(f.last->stderr_text().find("labelled 4 containers, 1 network, 1 volume") != std::string::npos,
+               f.last->stderr_text());
+    BOOST_TEST(f.labelled("network", session) == std::vector<std::string>{"own-py-net"});
+    BOOST_TEST(f.labelled("volume", session) == std::vector<std::string>{"own-py-vol"});
+    f.expect_reaped(session, 4);
+    f.remove_labelled("network", session);
+    f.remove_labelled("volume", session);
+    BOOST_TEST(f.labelled("network", session).empty());
+    BOOST_TEST(f.labelled("volume", session).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_docker_compose_project_through_the_proxy_leaves_nothing_behind) {
+    OwnFixture f;
+    fs::create_directories(f.dir + "/project");
+    f.write("project/docker-compose.yml", R"YAML(
+version: "2.4"
+services:
+  web:
+    image: reaper-test/busybox:latest
+    command: ["sleep", "600"]
+    networks: [backend]
+    volumes: ["data:/data"]
+  worker:
+    image: reaper-test/busybox:latest
+    command: ["sh", "-c", "echo started > /data/worker; exec sleep 600"]
+    networks: [backend]
+    volumes: ["data:/data"]
+networks:
+  backend:
+    driver: bridge
+volumes:
+  data: {}
+)YAML");
+    const std::string session = "own-compose";
+    BOOST_TEST(f.run_own(session, {"/bin/sh", "-c",
+                                   "cd " + f.dir + "/project && docker-compose -p owncompose up -d && "
+                                   "docker-compose -p owncompose ps"}) == 0);
+    BOOST_TEST(f.last->stderr_text().find("labelled 2 containers, 1 network, 1 volume") != std::string::npos,
+               f.last->stderr_text());
+    // Compose's own labels stay beside the session's.
+    for (const auto& c : f.containers_of(session)) {
+        BOOST_TEST(c.labels.at("com.docker.compose.project") == "owncompose");
+        BOOST_TEST(c.state == "running");
+    }
+    BOOST_TEST(f.labelled("network", session) == std::vector<std::string>{"owncompose_backend"});
+    BOOST_TEST(f.labelled("volume", session) == std::vector<std::string>{"owncompose_data"});
+    f.expect_reaped(session, 2);
+    f.remove_labelled("network", session);
+    f.remove_labelled("volume", session);
+    BOOST_TEST(f.labelled("network", session).empty());
+    BOOST_TEST(f.labelled("volume", session).empty());
+}
+
+BOOST_AUTO_TEST_CASE(run_own_usage_errors_exit_64_before_anything_runs) {
+    char pattern[] = "/tmp/own-usage.XXXXXX";
+    const std::string dir = ::mkdtemp(pattern);
+    const std::string marker = dir + "/ran";
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"run", "--engine", "unix:///x.sock", "s", "--", "/bin/touch", marker},  // --engine without --own
+             {"run", "--own", "--engine", "ssh://host", "s", "--", "/bin/touch", marker},
+             {"run", "--own", "--engine"},
+         }) {
+        auto argv = args;
+        argv.insert(argv.begin(), {REAPERCTL_PATH, "--socket", dir + "/none.sock"});
+        Child ctl(dir, argv);
+        BOOST_TEST_CONTEXT(args[1] << " " << args[2]) {
+            BOOST_TEST(ctl.wait() == 64, ctl.stderr_text());
+            BOOST_TEST(!ctl.stderr_text().empty());
+        }
+    }
+    Child bad_host(dir, {REAPERCTL_PATH, "--socket", dir + "/none.sock", "run", "--own", "s", "--", "/bin/touch", marker},
+                   {"DOCKER_HOST=tcp://no-port"});
+    BOOST_TEST(bad_host.wait() == 64);
+    BOOST_TEST(bad_host.stderr_text().find("tcp://no-port") != std::string::npos, bad_host.stderr_text());
+    Child tls(dir, {REAPERCTL_PATH, "--socket", dir + "/none.sock", "run", "--own", "s", "--", "/bin/touch", marker},
+              {"DOCKER_HOST=tcp://127.0.0.1:2376", "DOCKER_TLS_VERIFY=1"});
+    BOOST_TEST(tls.wait() == 64);
+    BOOST_TEST(tls.stderr_text().find("without TLS") != std::string::npos, tls.stderr_text());
+    BOOST_TEST(!fs::exists(marker));
+
+    // The tool talks plain HTTP to its private socket: no TLS settings reach it.
+    Child plain(dir,
+                {REAPERCTL_PATH, "--socket", dir + "/none.sock", "run", "--own", "s", "--", "/bin/sh", "-c",
+                 "test -z \"$DOCKER_TLS_VERIFY$DOCKER_CERT_PATH\" && test -S \"${DOCKER_HOST#unix://}\" && touch " +
+                     marker},
+                {"DOCKER_HOST=unix:///nowhere.sock", "DOCKER_TLS_VERIFY=1", "DOCKER_CERT_PATH=/etc/certs"});
+    BOOST_TEST(plain.wait() == 0, plain.stderr_text());
+    BOOST_TEST(fs::exists(marker));
+    fs::remove_all(dir);
+}

@@ -1,0 +1,156 @@
+// `reaperctl run --own` and the session's lease, against the private engine with reaperd as a
+// child process (lease_grace 2 s):
+// - the Strix seed, unmodified: a docker-py script makes its sandbox with a label of its own
+//   (strix-scan-id), its delete fails with 409 (a running container, no force), it swallows
+//   that and exits: the sandbox is reaped within lease_grace + 1 s of the run's end; while the
+//   run lives it is never touched;
+// - `reaperctl run` itself killed with SIGKILL: the lease drops with it, and the tool's
+//   containers are reaped after lease_grace.
+#include "daemon_fixture.hpp"
+#include "engine.hpp"
+
+#include <fstream>
+
+using namespace reaperd::itest;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto lease_grace = 2s;  // the fixture's default
+
+long long ms_since(Clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+struct LeaseFixture {
+    LeaseFixture() {
+        daemon.start();
+        char pattern[] = "/tmp/own-lease.XXXXXX";
+        dir = ::mkdtemp(pattern);
+        std::ofstream(dir + "/strix.py") << R"PY(
+import os
+import docker
+
+client = docker.from_env()
+scan = os.environ["SCAN_ID"]
+sandbox = client.containers.run("reaper-test/busybox:latest", ["sleep", "600"], detach=True,
+                                network_mode="none", labels={"strix-scan-id": scan},
+                                name="strix-scan-" + scan)
+print(sandbox.id, flush=True)
+try:
+    client.api.remove_container(sandbox.id)  # no force: the engine answers 409
+except docker.errors.APIError as e:
+    print("delete failed:", e.status_code, flush=True)  # swallowed, as the seed does
+)PY";
+    }
+    ~LeaseFixture() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+
+    std::unique_ptr<Child> run_own(const std::string& session, const std::vector<std::string>& command,
+                                   const std::string& scan_id = "") {
+        return std::make_unique<Child>(dir, own_run_argv(daemon.socket, session, command),
+                                       std::vector<std::string>{
+                                           "DOCKER_HOST=" + reaper::test::engine().address(),
+                                           "OUT=" + dir,
+                                           "SCAN_ID=" + scan_id,
+                                       });
+    }
+
+    bool wait_file(const std::string& name) const {
+        return eventually([&] { return fs::exists(dir + "/" + name); }, 120s);
+    }
+
+    Reaperd daemon;
+    std::string dir;
+};
+
+// The id the strix script printed first.
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_strix_seed_is_reaped_within_lease_grace_plus_1s_of_the_run_ending) {
+    LeaseFixture f;
+    auto run = f.run_own("strix-ended", {"/usr/bin/python3", f.dir + "/strix.py"}, "scan-1");
+    BOOST_REQUIRE_EQUAL(run->wait(), 0);
+    const auto ended = Clock::now();
+    const auto out = run->stdout_text();
+    BOOST_TEST_MESSAGE("script:\n" << out << run->stderr_text());
+    BOOST_TEST(out.find("delete failed: 409") != std::string::npos, out);
+    const auto sandbox = first_line(out);
+    BOOST_REQUIRE_EQUAL(sandbox.size(), 64u);
+
+    BOOST_TEST(eventually([&] { return !exists(sandbox); }, 30s), f.daemon.log_text());
+    const auto took = ms_since(ended);
+    BOOST_TEST_MESSAGE("the Strix sandbox was reaped " << took << " ms after the run ended (lease_grace 2000 ms)");
+    BOOST_TEST(took <= std::chrono::duration_cast<std::chrono::milliseconds>(lease_grace + 1s).count());
+    BOOST_TEST(run->stderr_text().find("labelled 1 container, 0 networks, 0 volumes") != std::string::npos,
+               run->stderr_text());
+}
+
+BOOST_AUTO_TEST_CASE(the_strix_seed_is_never_touched_while_the_run_lives) {
+    LeaseFixture f;
+    auto run = f.run_own("strix-alive",
+                         {"/bin/sh", "-c", "/usr/bin/python3 " + f.dir + "/strix.py > $OUT/strix.out && "
+                                           "touch $OUT/done && exec sleep 600"},
+                         "scan-2");
+    BOOST_REQUIRE(f.wait_file("done"));
+    const auto out = slurp(f.dir + "/strix.out");
+    BOOST_TEST(out.find("delete failed: 409") != std::string::npos, out);
+    const auto sandbox = first_line(out);
+    BOOST_REQUIRE_EQUAL(sandbox.size(), 64u);
+
+    // Three lease_grace periods after the failed delete: still running, never acted on.
+    std::this_thread::sleep_for(3 * lease_grace);
+    BOOST_TEST(run->running());
+    BOOST_TEST(engine_client().inspect(sandbox).state.running);
+    BOOST_TEST(f.daemon.session_state("strix-alive") == "leased");
+    BOOST_TEST(f.daemon.log_text().find(sandbox.substr(0, 12)) == std::string::npos, f.daemon.log_text());
+
+    // The run ends (SIGTERM reaches the tool): then it goes.
+    run->signal(SIGTERM);
+    BOOST_TEST(run->wait() == 128 + SIGTERM);
+    const auto ended = Clock::now();
+    BOOST_TEST(eventually([&] { return !exists(sandbox); }, 30s), f.daemon.log_text());
+    BOOST_TEST_MESSAGE("reaped " << ms_since(ended) << " ms after the run ended");
+}
+
+BOOST_AUTO_TEST_CASE(kill_9_of_reaperctl_run_drops_the_lease_and_the_tools_containers_go) {
+    LeaseFixture f;
+    auto run = f.run_own("killed-run",
+                         {"/bin/sh", "-c",
+                          "/usr/bin/docker run -d --network none reaper-test/busybox:latest sleep 600 > $OUT/id && "
+                          "echo \"$DOCKER_HOST\" > $OUT/host && echo $$ > $OUT/pid.tmp && "
+                          "mv $OUT/pid.tmp $OUT/pid && exec sleep 600"});
+    BOOST_REQUIRE(f.wait_file("pid"));
+    const auto id = first_line(slurp(f.dir + "/id"));
+    const pid_t tool = std::stoi(slurp(f.dir + "/pid"));
+    const auto socket_dir = fs::path(first_line(slurp(f.dir + "/host")).substr(7)).parent_path();
+    BOOST_REQUIRE_EQUAL(id.size(), 64u);
+    BOOST_TEST(engine_client().inspect(id).labels.at("reaperd.session") == "killed-run");
+
+    run->signal(SIGKILL);
+    BOOST_TEST(run->wait() == 128 + SIGKILL);
+    const auto killed = Clock::now();
+    BOOST_TEST(eventually([&] { return !exists(id); }, 30s), f.daemon.log_text());
+    const auto took = ms_since(killed);
+    BOOST_TEST_MESSAGE("reaped " << took << " ms after reaperctl run was killed (lease_grace 2000 ms)");
+    // Not before the grace (the lease dropped at once), and not long after.
+    BOOST_TEST(took >= 1500);
+    BOOST_TEST(took <= std::chrono::duration_cast<std::chrono::milliseconds>(lease_grace + 1s).count());
+
+    // The orphaned tool and the socket dir a SIGKILL leaves behind are the test's to clean.
+    ::kill(tool, SIGKILL);
+    std::error_code ec;
+    BOOST_TEST(socket_dir.string().find("reaperctl-own.") != std::string::npos);
+    fs::remove_all(socket_dir, ec);
+}
