@@ -113,7 +113,11 @@ bool is_full_container_id(std::string_view reference) noexcept {
 
 std::string describe(const reaper::EngineError& error) {
     std::string text = std::string(reaper::to_string(error.kind()));
-    if (error.status()) text += " " + std::to_string(error.status());
+    if (error.status()) {
+        // Appended in two steps: GCC 12's -Wrestrict misreads `" " + to_string(...)` at -O2.
+        text += ' ';
+        text += std::to_string(error.status());
+    }
     text += ": ";
     text += error.engine_message().empty() ? error.what() : error.engine_message();
     return text;

@@ -217,6 +217,16 @@ bool idle_connection_is_stale(Poco::Net::StreamSocket& socket) {
     }
 }
 
+// The status Docker gives the answer that Podman 4 gives as a 500 with libpod's cause last:
+// a container in the wrong state (a plain delete of a running one, a kill of a stopped one)
+// is Docker's 409, one that went away meanwhile Docker's 404.
+int docker_status_of(int status, const std::string& message) {
+    if (status != 500) return status;
+    if (message.ends_with(": container state improper")) return 409;
+    if (message.ends_with(": no such container")) return 404;
+    return status;
+}
+
 std::string engine_message_of(const std::string& body) {
     try {
         Poco::JSON::Parser parser;
@@ -579,8 +589,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
     // The typed error for an answer of `status`; a version refusal is UnsupportedVersion.
     [[noreturn]] static void throw_error_for(int status, const std::string& message, const std::string& what) {
-        // Podman 4 answers a container in the wrong state or one going away with 500, libpod's cause last.
-        auto kind = is_version_refusal(status, message) ? EngineErrorKind::Unsupported : error_kind_for_status(status != 500 ? status : message.ends_with(": container state improper") ? 409 : message.ends_with(": no such container") ? 404 : 500);
+        auto kind = is_version_refusal(status, message) ? EngineErrorKind::Unsupported
+                                                        : error_kind_for_status(docker_status_of(status, message));
         throw_engine_error(kind, status, message,
                            what + ": HTTP " + std::to_string(status) + (message.empty() ? "" : ": " + message));
     }
