@@ -6,9 +6,12 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config ccache
   libpoco-dev libyaml-cpp-dev libsystemd-dev libboost-test-dev
-  docker.io busybox-static curl tar procps
+  docker.io busybox-static curl tar procps python3-docker docker-compose
+  python3-pytest  # the Python client's tests (python/, tests/python/)
+  openssl python3  # tls_engine_test: its certificates, and engine-guard's free TLS port
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes
   systemd debootstrap lintian
+  podman runc  # scripts/test-podman.sh: a private Podman engine (README, Supported engines)
 )
 
 missing=()

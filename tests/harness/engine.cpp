@@ -26,6 +26,16 @@ namespace fs = std::filesystem;
 
 namespace reaper::test {
 
+EngineKind test_engine_kind() {
+    const char* value = std::getenv("REAPER_TEST_ENGINE");
+    std::string name = value ? value : "";
+    if (name.empty() || name == "docker") return EngineKind::docker;
+    if (name == "podman") return EngineKind::podman;
+    throw std::runtime_error("REAPER_TEST_ENGINE=" + name + ": the harness runs docker (the default) or podman");
+}
+
+const char* to_string(EngineKind kind) { return kind == EngineKind::podman ? "podman" : "docker"; }
+
 struct PrivateEngine::Guard {
     Poco::Pipe to_guard;
     Poco::Pipe from_guard;
@@ -33,24 +43,37 @@ struct PrivateEngine::Guard {
     Poco::PipeOutputStream out{to_guard};
     Poco::PipeInputStream in{from_guard};
 
-    static Poco::ProcessHandle launch(Poco::Pipe& to, Poco::Pipe& from) {
-        auto handle = Poco::Process::launch(REAPER_ENGINE_GUARD, {}, &to, &from, nullptr);
+    static Poco::ProcessHandle launch(EngineKind kind, const std::string& tls_dir, Poco::Pipe& to, Poco::Pipe& from) {
+        const char* guard = kind == EngineKind::podman ? REAPER_PODMAN_GUARD : REAPER_ENGINE_GUARD;
+        Poco::Process::Env env;
+        if (!tls_dir.empty()) env["REAPER_ENGINE_TLS_DIR"] = tls_dir;
+        auto handle = Poco::Process::launch(guard, {}, &to, &from, nullptr, env);
         // Our pipe ends must not leak into other children (a reaperd under test), or the
         // guard would not see EOF when this process dies.
         ::fcntl(to.writeHandle(), F_SETFD, FD_CLOEXEC);
         ::fcntl(from.readHandle(), F_SETFD, FD_CLOEXEC);
         return handle;
     }
-    Guard() : handle(launch(to_guard, from_guard)) {}
+    Guard(EngineKind kind, const std::string& tls_dir) : handle(launch(kind, tls_dir, to_guard, from_guard)) {}
 };
 
-PrivateEngine::PrivateEngine() : guard_(new Guard) {
+PrivateEngine::PrivateEngine() : PrivateEngine(test_engine_kind(), "") {}
+
+// podman-guard has no TLS listener: a TLS engine is always dockerd.
+PrivateEngine::PrivateEngine(const std::string& tls_dir) : PrivateEngine(EngineKind::docker, tls_dir) {}
+
+PrivateEngine::PrivateEngine(EngineKind kind, const std::string& tls_dir) : kind_(kind), guard_(new Guard(kind_, tls_dir)) {
     std::string line;
     if (!std::getline(guard_->in, line) || line.rfind("ready ", 0) != 0) {
         delete guard_;
-        throw std::runtime_error("private engine did not start: " + line);
+        throw std::runtime_error(std::string("private ") + to_string(kind_) + " engine did not start: " + line);
     }
+    // "ready <dir>", or "ready <dir> <tls address>" (engine-guard with REAPER_ENGINE_TLS_DIR).
     dir_ = line.substr(6);
+    if (auto space = dir_.find(' '); space != std::string::npos) {
+        tls_address_ = dir_.substr(space + 1);
+        dir_.resize(space);
+    }
     Client client(client_options());
     import_busybox_image(client, image);
 }

@@ -6,24 +6,43 @@
 #include <reaper/client.hpp>
 
 #include <cstddef>
+#include <ostream>
 #include <string>
 
 namespace reaper::test {
 
-// One dockerd in its own temp dir, run by tests/harness/engine-guard. The guard stops the
-// engine by its pid and removes the dir when this object is destroyed, and also when the
-// test process dies any other way (its stdin pipe closes).
+// Which engine the harness runs: REAPER_TEST_ENGINE=docker (the default, also when unset or
+// empty) or podman. Any other value fails the test that asks, naming the choices.
+enum class EngineKind { docker, podman };
+EngineKind test_engine_kind();
+const char* to_string(EngineKind kind);
+inline std::ostream& operator<<(std::ostream& out, EngineKind kind) { return out << to_string(kind); }
+
+// One engine in its own temp dir, run by a guard script: tests/harness/engine-guard (a
+// dockerd) or, under REAPER_TEST_ENGINE=podman, tests/harness/podman-guard (`podman system
+// service`, Podman's Docker-compatible API). The guard stops the engine by its pid and
+// removes the dir when this object is destroyed, and also when the test process dies any
+// other way (its stdin pipe closes). Both answer on <dir>/docker.sock.
 class PrivateEngine {
 public:
     PrivateEngine();  // starts the engine and imports the test image
+    // A dockerd (whatever REAPER_TEST_ENGINE says) that also serves TLS with --tlsverify on a
+    // loopback port, with the files in `tls_dir` (engine-guard's REAPER_ENGINE_TLS_DIR).
+    explicit PrivateEngine(const std::string& tls_dir);
     ~PrivateEngine();
     PrivateEngine(const PrivateEngine&) = delete;
     PrivateEngine& operator=(const PrivateEngine&) = delete;
 
+    EngineKind kind() const { return kind_; }
     const std::string& dir() const { return dir_; }
+    // Where the engine keeps containers: dockerd's --data-root (its DockerRootDir), podman's
+    // --root (its graph root; a container's log is vfs-containers/<id>/userdata/ctr.log).
+    std::string data_root() const { return dir_ + (kind_ == EngineKind::podman ? "/root" : "/data"); }
     std::string socket_path() const { return dir_ + "/docker.sock"; }
     std::string address() const { return "unix://" + socket_path(); }
     ClientOptions client_options() const;
+    // "tcp://127.0.0.1:PORT" of an engine made with a tls_dir, else "".
+    const std::string& tls_address() const { return tls_address_; }
 
     // Fault injection: SIGKILL the engine, then start it again on the same dirs.
     void kill();
@@ -33,10 +52,13 @@ public:
     static constexpr const char* image = "reaper-test/busybox:latest";
 
 private:
+    PrivateEngine(EngineKind kind, const std::string& tls_dir);
     std::string command(const std::string& line);
     struct Guard;
+    EngineKind kind_;
     Guard* guard_;
     std::string dir_;
+    std::string tls_address_;
 };
 
 // The test process's engine, started on first use and stopped at exit.

@@ -373,8 +373,9 @@ leased() {
 }
 wait_for 30 leased || fail "the live session is not leased before the upgrade"
 pid_before=$(unit_prop MainPID)
-docker_cli cp "$deb" "$container:/tmp/reaperd.deb"
-if in_ctr dpkg -i /tmp/reaperd.deb >"$work/upgrade.log" 2>&1; then
+# /tmp is a tmpfs in the container, which docker cp does not write into.
+docker_cli cp "$deb" "$container:/var/tmp/reaperd.deb"
+if in_ctr dpkg -i /var/tmp/reaperd.deb >"$work/upgrade.log" 2>&1; then
   pass "dpkg -i of the package over itself (upgrade path)"
 else
   cat "$work/upgrade.log"

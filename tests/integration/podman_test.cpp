@@ -1,0 +1,409 @@
+// reaperd and the client against Podman (issue 12): Debian 12's podman 4.3.1 serving its
+// Docker-compatible API (`podman system service`), run privately by tests/harness/podman-guard.
+// This process always uses Podman, whatever REAPER_TEST_ENGINE says; scripts/test-podman.sh
+// runs it, with the engine-neutral cases of the other integration tests under
+// REAPER_TEST_ENGINE=podman (the list is in tests/CMakeLists.txt).
+//
+// What Podman does differently from dockerd, each checked below where it matters:
+// - GET /version takes ~4 s and GET /info ~1.7 s: podman names conmon's and runc's packages
+//   by running rpm, dpkg -S and dpkg-query on every call. reaperd negotiates with /version and
+//   asks /info at every (re)list, so it is ready 3-10 s after its start and after the engine
+//   comes back (dockerd: 0.1-0.2 s). /_ping answers in ~10 ms.
+// - A container in the wrong state (plain delete of a running one, kill of a stopped one,
+//   exec in one not running) is answered 500 "...: container state improper" where dockerd
+//   answers 409; an inspect racing a removal is 500 "...: no such container", not 404. The
+//   client maps both to Conflict and NotFound (lib/src/client.cpp, throw_error_for).
+// - The event of a removal is "remove", not "destroy"; a filter on "destroy" matches nothing.
+// - The "json-file" log is conmon's k8s-file format (`<RFC 3339 time> stdout F <line>`) at
+//   <graph root>/vfs-containers/<id>/userdata/ctr.log, its inspect LogPath, opened O_APPEND.
+//   It grows ~3x faster than dockerd's for the same writer (`yes`: ~230 MB/s here, 70 MB/s).
+//   There is no `local` driver, no rotation (max-size makes conmon truncate the file itself)
+//   and LogConfig.Config is null in inspect.
+// - A SIGKILLed service leaves its containers running under conmon; the next service on the
+//   same dirs takes them over.
+#include "daemon_fixture.hpp"
+#include "engine.hpp"
+
+#include <reaper/client.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using namespace reaperd::itest;
+using reaper::test::engine;
+using reaper::test::EngineKind;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint64_t MiB = 1024 * 1024;
+
+// Before anything asks for the engine: this test is about Podman.
+struct UsePodman {
+    UsePodman() { ::setenv("REAPER_TEST_ENGINE", "podman", 1); }
+};
+
+std::uint64_t size_of(const fs::path& path) {
+    std::error_code ec;
+    auto n = fs::file_size(path, ec);
+    return ec ? 0 : n;
+}
+
+// The largest size of `log` sampled at 100 Hz over `duration`.
+std::uint64_t max_size_over(const fs::path& log, std::chrono::milliseconds duration) {
+    std::uint64_t max = 0;
+    for (auto next = Clock::now(), end = next + duration; next < end; next += 10ms) {
+        max = std::max(max, size_of(log));
+        std::this_thread::sleep_until(next);
+    }
+    return max;
+}
+
+std::string first_line(const fs::path& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+}
+
+std::string ms_since(Clock::time_point start) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()) +
+           " ms";
+}
+
+// Removes what a case created, reaped or not.
+struct Cleanup {
+    std::vector<std::string> ids;
+    ~Cleanup() {
+        for (const auto& id : ids) {
+            try {
+                engine_client().remove(id, {true, true});
+            } catch (const std::exception&) {
+            }
+        }
+    }
+};
+
+}  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(UsePodman);
+
+BOOST_AUTO_TEST_CASE(the_engine_is_podman_speaking_docker_api_1_41) {
+    BOOST_TEST_REQUIRE(engine().kind() == EngineKind::podman);
+    auto& client = engine_client();
+    BOOST_TEST(client.api_version() == "1.41");
+    auto version = client.version();
+    BOOST_TEST_MESSAGE("podman " << version.version << ", API " << version.min_api_version << "-"
+                                 << version.api_version);
+    BOOST_TEST(version.api_version == "1.41");
+    BOOST_TEST(version.min_api_version == "1.24");
+    BOOST_TEST(version.version.rfind("4.", 0) == 0u);
+    // The graph root is what /info names as DockerRootDir, as dockerd names its data root.
+    BOOST_TEST(client.info().docker_root_dir == engine().data_root());
+}
+
+BOOST_AUTO_TEST_CASE(states_podman_answers_with_500_come_out_as_the_docker_kinds) {
+    Cleanup cleanup;
+    auto& client = engine_client();
+    std::string running = run_container({});
+    std::string created = run_container({}, false);
+    cleanup.ids = {running, created};
+    // dockerd: 409 for each; podman: 500 "...: container state improper".
+    try {
+        client.remove(running, {});
+        BOOST_FAIL("a plain delete of a running container succeeded");
+    } catch (const reaper::Conflict& e) {
+        BOOST_TEST_MESSAGE("plain delete: HTTP " << e.status() << ": " << e.engine_message());
+    }
+    BOOST_CHECK_THROW(client.kill(created), reaper::Conflict);
+    BOOST_CHECK_THROW(client.exec(created, {"true"}, 10s), reaper::Conflict);
+    client.remove(running, {true, true});
+    BOOST_CHECK_THROW(client.inspect(running), reaper::NotFound);
+    BOOST_CHECK_THROW(client.remove(running, {true, true}), reaper::NotFound);
+}
+
+BOOST_AUTO_TEST_CASE(a_log_is_ctr_log_under_the_graph_root_and_survives_a_cut) {
+    Cleanup cleanup;
+    auto& client = engine_client();
+    reaper::ContainerSpec spec;
+    spec.name = reaper::test::unique_name("podman-log");
+    spec.image = reaper::test::PrivateEngine::image;
+    spec.cmd = {"sh", "-c", "while true; do echo line; sleep 0.01; done"};
+    auto id = client.create(spec);
+    cleanup.ids.push_back(id);
+    client.start(id);
+    auto info = client.inspect(id);
+    BOOST_TEST(info.log_driver == "json-file");
+    BOOST_TEST(info.log_path == engine().data_root() + "/vfs-containers/" + id + "/userdata/ctr.log");
+    BOOST_TEST_REQUIRE(eventually([&] { return size_of(info.log_path) > 0; }, 10s));
+    // conmon's k8s-file lines, not dockerd's JSON: reaperd caps by size and never parses them.
+    auto line = first_line(info.log_path);
+    BOOST_TEST(line.find(" stdout F line") != std::string::npos, line);
+    // Appended: a truncation leaves a file that goes on from its start with whole lines.
+    fs::resize_file(info.log_path, 0);
+    BOOST_TEST_REQUIRE(eventually([&] { return size_of(info.log_path) > 0; }, 10s));
+    line = first_line(info.log_path);
+    BOOST_TEST(line.find(" stdout F line") != std::string::npos, line);
+    BOOST_TEST(line.find('\0') == std::string::npos);
+}
+
+// ---- reaperd: one daemon for the session rules ---------------------------------------------
+
+namespace {
+
+// One reaperd for the cases of this suite (each uses sessions of its own): it takes 3-10 s to
+// be ready against Podman. Stopped when the suite ends, so the cases after it each have the
+// engine to one reaperd (two would both cap the same logs, each with its own config).
+struct OneReaperd {
+    OneReaperd() : daemon("  labels: [reaperd.session, org.testcontainers.sessionId]\n") {
+        auto started = Clock::now();
+        daemon.start();
+        BOOST_TEST_MESSAGE("reaperd ready " << ms_since(started) << " after its start");
+        instance = &daemon;
+    }
+    ~OneReaperd() { instance = nullptr; }
+    Reaperd daemon;
+    static inline Reaperd* instance = nullptr;
+};
+
+Reaperd& shared_daemon() {
+    BOOST_REQUIRE(OneReaperd::instance);
+    return *OneReaperd::instance;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(one_reaperd, *boost::unit_test::fixture<OneReaperd>())
+
+BOOST_AUTO_TEST_CASE(a_dropped_lease_reaps_after_the_grace) {
+    auto& d = shared_daemon();
+    auto lease = d.control().lease("pm-grace");
+    std::string a = run_container(session_label("pm-grace"));
+    std::string b = run_container(session_label("pm-grace"), false);  // created, never started
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("pm-grace") == 2; }));
+    lease->release();
+    BOOST_REQUIRE(eventually([&] { return d.session_state("pm-grace") != "leased"; }));
+    auto released = Clock::now();
+    BOOST_TEST(exists(a));
+    BOOST_TEST(eventually([&] { return !exists(a) && !exists(b); }));
+    BOOST_TEST_MESSAGE("lease dropped to both removed: " << ms_since(released) << " (lease_grace 2 s)");
+    BOOST_TEST((Clock::now() - released >= 1500ms));
+    BOOST_TEST(d.session_state("pm-grace") == "ended");
+}
+
+BOOST_AUTO_TEST_CASE(an_explicit_end_reaps_now_and_a_later_container_too) {
+    auto& d = shared_daemon();
+    auto lease = d.control().lease("pm-end");
+    std::string a = run_container(session_label("pm-end"));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("pm-end") == 1; }));
+    auto ended = Clock::now();
+    d.control().end("pm-end");
+    BOOST_TEST(eventually([&] { return !exists(a); }, 30s));
+    BOOST_TEST_MESSAGE("end to removed: " << ms_since(ended));
+    // The tombstone: created later under the ended id, it goes too.
+    std::string late = run_container(session_label("pm-end"), false);
+    BOOST_TEST(eventually([&] { return !exists(late); }, 30s));
+}
+
+BOOST_AUTO_TEST_CASE(an_orphan_report_reaps_a_running_container_that_plain_delete_refused) {
+    auto& d = shared_daemon();
+    auto lease = d.control().lease("pm-orphan");  // alive: only the report may reap it
+    std::string id = run_container(session_label("pm-orphan"));
+    std::string sibling = run_container(session_label("pm-orphan"));
+    BOOST_CHECK_THROW(engine_client().remove(id, {}), reaper::Conflict);
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("pm-orphan") == 2; }));
+    d.control().report_orphan(id, "pm-orphan");
+    BOOST_TEST(eventually([&] { return !exists(id); }, 30s));
+    std::this_thread::sleep_for(1s);
+    BOOST_TEST(exists(sibling));
+    BOOST_TEST(engine_client().inspect(sibling).state.running);
+    engine_client().remove(sibling, {true, true});
+}
+
+BOOST_AUTO_TEST_CASE(unlabeled_and_leased_containers_survive_while_a_session_is_reaped) {
+    auto& d = shared_daemon();
+    auto keep = d.control().lease("pm-keep");
+    Cleanup cleanup;
+    cleanup.ids = {
+        run_container({}),
+        run_container({{"app", "database"}}),
+        run_container({{"reaperd.sessionx", "pm-doomed"}}),  // a near miss is not the label
+        run_container(session_label("pm-keep")),
+        run_container({{"org.testcontainers.sessionId", "pm-keep"}}),
+    };
+    std::vector<std::string> doomed;
+    for (int i = 0; i < 4; ++i)
+        doomed.push_back(run_container(i % 2 ? session_label("pm-doomed")
+                                             : reaper::Labels{{"org.testcontainers.sessionId", "pm-doomed"}}));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("pm-doomed") == 4 && d.containers_of("pm-keep") == 2; }));
+    d.control().end("pm-doomed");
+    BOOST_TEST(eventually([&] {
+        return std::none_of(doomed.begin(), doomed.end(), [](const auto& id) { return exists(id); });
+    }));
+    std::this_thread::sleep_for(2s);
+    for (const auto& id : cleanup.ids) {
+        BOOST_TEST(exists(id), id);
+        BOOST_TEST(engine_client().inspect(id).state.running, id);
+    }
+    BOOST_TEST(d.session_state("pm-keep") == "leased");
+    BOOST_TEST(d.pending_reaps() == 0u);
+}
+
+// A gap (see the gaps below): Podman reports a removal as "remove", and the watcher subscribes
+// to "destroy" (daemon/watcher.cpp): a container removed by its owner stays tracked until the
+// next resync (reaper.resync_interval, 60 s). Fix: the client asks for "remove" beside
+// "destroy" and reports it as "destroy" (lib/src/client.cpp, Client::events and
+// parse_event_line).
+BOOST_AUTO_TEST_CASE(a_container_removed_by_its_owner_leaves_reaperds_registry,
+                     *boost::unit_test::expected_failures(1)) {
+    auto& d = shared_daemon();
+    std::string id = run_container(session_label("pm-gone"));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("pm-gone") == 1; }));
+    engine_client().remove(id, {true, true});
+    BOOST_TEST(eventually([&] { return d.containers_of("pm-gone") == 0; }, 5s),
+               "still tracked 5 s after its removal");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- reaperd: log caps -----------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(reaperd_caps_a_runaway_log_and_stops_only_an_owned_writer) {
+    Reaperd d("", "logs:\n  max_size: 8MiB\n  action: stop\n  scope: all\n");
+    d.start();
+    Cleanup cleanup;
+    // An unlabeled runaway: only ever truncated.
+    std::string runaway = [&] {
+        reaper::ContainerSpec spec;
+        spec.name = reaper::test::unique_name("podman-runaway");
+        spec.image = reaper::test::PrivateEngine::image;
+        spec.cmd = {"yes"};
+        return engine_client().create(spec);
+    }();
+    cleanup.ids.push_back(runaway);
+    engine_client().start(runaway);
+    auto started_at = engine_client().inspect(runaway).state.started_at;
+    const fs::path log = engine_client().inspect(runaway).log_path;
+    BOOST_TEST_REQUIRE(eventually([&] { return d.log_count("ACTION=truncate") > 0; }, 30s));
+    auto max = max_size_over(log, 3s);
+    BOOST_TEST_MESSAGE("largest runaway log over 3 s under an 8 MiB cap: " << max << " bytes");
+    // conmon writes `yes` at ~230 MB/s here, 1 MiB every ~4.5 ms, and the writer and conmon
+    // keep both cores busy: reaperd's cuts come late (seen: 5 MB alone, 42 MB under a 4 MiB
+    // cap beside another test). What this holds is that the log is capped at all: 3 s of
+    // writing make ~700 MB uncapped.
+    BOOST_TEST(max < 64 * MiB);
+    BOOST_TEST(engine_client().inspect(runaway).state.running);
+    BOOST_TEST(engine_client().inspect(runaway).state.started_at == started_at);
+
+    // A session-owned writer past its (label) cap is stopped, once.
+    std::string owned = [&] {
+        reaper::ContainerSpec spec;
+        spec.name = reaper::test::unique_name("podman-owned");
+        spec.image = reaper::test::PrivateEngine::image;
+        spec.cmd = {"sh", "-c", "yes 0123456789012345678901234567890123456789 | head -n 100000; exec sleep 600"};
+        spec.labels = {{"reaperd.session", "pm-logs"}, {"reaperd.log-max-size", "1MiB"}};
+        return engine_client().create(spec);
+    }();
+    cleanup.ids.push_back(owned);
+    engine_client().start(owned);
+    BOOST_TEST(eventually([&] { return !engine_client().inspect(owned).state.running; }, 30s),
+               "the owned writer still runs; reaperd's log:\n" << d.log_text());
+    BOOST_TEST(eventually([&] { return d.log_count("ACTION=stop") == 1u; }, 10s));
+    BOOST_TEST(d.log_count("CONTAINER_ID=" + owned) >= 1u);
+    BOOST_TEST(engine_client().inspect(runaway).state.running);
+    BOOST_TEST(d.log_count("ACTION=stop") == 1u);
+    BOOST_TEST(d.terminate() == 0);
+}
+
+// ---- reaperd across a restart of the engine ---------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(the_engine_killed_and_started_again_is_reconnected_and_the_pending_reap_done) {
+    Reaperd d;
+    d.start();
+    const pid_t pid = d.pid();
+    std::string a = run_container(session_label("pm-restart"));
+    std::string bystander = run_container({{"app", "keep-me"}});
+    Cleanup cleanup;
+    cleanup.ids = {bystander};
+    auto lease = d.control().lease("pm-restart");
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("pm-restart") == 1; }));
+
+    engine().kill();
+    BOOST_TEST(eventually([&] { return d.status()->getValue<std::string>("engine") == "down"; }));
+    lease->release();
+    BOOST_TEST(eventually([&] { return d.session_state("pm-restart") == "ended"; }));
+    BOOST_TEST(eventually([&] { return d.pending_reaps() == 1; }));
+    std::this_thread::sleep_for(3s);  // a few failed attempts while the engine is away
+    BOOST_TEST(d.running());
+
+    auto back = Clock::now();
+    engine().start();
+    // The killed service's containers ran on under conmon; the new one has them.
+    BOOST_TEST(engine_client().inspect(bystander).state.running);
+    BOOST_TEST(eventually([&] { return !exists(a); }));
+    BOOST_TEST_MESSAGE("engine back to the pending reap done: " << ms_since(back));
+    BOOST_TEST(eventually([&] { return d.status()->getValue<std::string>("engine") == "up"; }));
+    BOOST_TEST_MESSAGE("engine back to reaperd's status up: " << ms_since(back));
+    BOOST_TEST(eventually([&] { return d.pending_reaps() == 0; }));
+    BOOST_TEST(d.pid() == pid);
+    BOOST_TEST(d.running());
+    BOOST_TEST(exists(bystander));
+    BOOST_TEST(d.log_count("engine lost") == 1u);
+    BOOST_TEST(d.log_count("engine is back") == 1u);
+    BOOST_TEST(d.log_count("container reaped") == 1u);
+    BOOST_TEST(d.terminate() == 0);
+}
+
+// ---- gaps: what the client and reaperd do not yet do on Podman ---------------------------------
+// Each case states the behaviour dockerd gives and fails on Podman 4.3.1 today, for the reason
+// in its comment; expected_failures keeps the stage green meanwhile. Once a fix lands, drop the
+// decorator (Boost still passes a case that fails fewer times than expected).
+// The first, a container removed by its owner staying in reaperd's registry, is in the suite
+// one_reaperd above.
+
+// Podman never marks an exec session started detached as ended (its Running stays true), so
+// Client::exec, which starts detached and polls GET /exec/{id}/json, times out; a Session's
+// readiness probe with it. Attached (Detach false, stdout attached, the stream read to its
+// end) the exit code is there once the stream ends. Fix: lib/src/client.cpp, Client::exec.
+BOOST_AUTO_TEST_CASE(exec_returns_the_commands_exit_code, *boost::unit_test::expected_failures(1)) {
+    Cleanup cleanup;
+    std::string id = run_container({});
+    cleanup.ids.push_back(id);
+    int code = -1;
+    try {
+        code = engine_client().exec(id, {"sh", "-c", "exit 3"}, 3s);
+    } catch (const reaper::Timeout& e) {
+        BOOST_TEST_MESSAGE(e.what());
+    }
+    BOOST_TEST(code == 3);
+}
+
+// The compat import takes the repo and ignores tag=: the image is stored as repo:latest.
+// Both engines take the tag inside repo= (dockerd 20.10 checked by hand). Fix:
+// lib/src/client.cpp, Client::import_image, and its expected URL in client_fixtures_test.cpp.
+BOOST_AUTO_TEST_CASE(an_imported_image_keeps_its_tag, *boost::unit_test::expected_failures(1)) {
+    const std::string reference = "reaper-test/tagged:" + reaper::test::unique_name("t");
+    reaper::test::import_busybox_image(engine_client(), reference);
+    reaper::ContainerSpec spec;
+    spec.name = reaper::test::unique_name("podman-tagged");
+    spec.image = reference;
+    spec.cmd = {"true"};
+    std::string id;
+    try {
+        id = engine_client().create(spec);
+    } catch (const reaper::NotFound& e) {
+        BOOST_TEST_MESSAGE(e.what());
+    }
+    BOOST_TEST(!id.empty(), reference << " cannot be found after its import");
+    if (!id.empty()) engine_client().remove(id, {true, true});
+}
