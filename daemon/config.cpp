@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include "read_all.hpp"
+
 #include <Poco/UTF8Encoding.h>
 #include <reaper/client.hpp>
 #include <yaml-cpp/eventhandler.h>
@@ -951,18 +953,7 @@ Config load_config(const std::string& path) {
     } else if (S_ISDIR(st.st_mode)) {
         error = EISDIR;
     } else {
-        char buffer[8192];
-        for (;;) {
-            const ssize_t n = ::read(fd, buffer, sizeof buffer);
-            if (n > 0) {
-                text.append(buffer, static_cast<std::size_t>(n));
-            } else if (n == 0) {
-                break;
-            } else if (errno != EINTR) {
-                error = errno;
-                break;
-            }
-        }
+        error = read_all(fd, text);
     }
     ::close(fd);
     if (error != 0)

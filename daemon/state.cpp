@@ -1,5 +1,7 @@
 #include "state.hpp"
 
+#include "read_all.hpp"
+
 #include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
 #include <Poco/JSON/Parser.h>
@@ -174,19 +176,7 @@ PersistedState StateStore::load() const {
         throw_unreadable(errno);
     }
     std::string text;
-    char buffer[65536];
-    int error = 0;
-    for (;;) {
-        const ssize_t n = ::read(fd, buffer, sizeof buffer);
-        if (n > 0) {
-            text.append(buffer, static_cast<std::size_t>(n));
-        } else if (n == 0) {
-            break;
-        } else if (errno != EINTR) {
-            error = errno;
-            break;
-        }
-    }
+    const int error = read_all(fd, text);
     ::close(fd);
     if (error != 0) throw_unreadable(error);
     try {
