@@ -1,0 +1,160 @@
+#include "fault_front.hpp"
+
+#include "engine.hpp"
+#include "http_forward.hpp"
+
+#include <Poco/Net/HTTPRequestHandler.h>
+#include <Poco/Net/HTTPRequestHandlerFactory.h>
+#include <Poco/Net/HTTPServer.h>
+#include <Poco/Net/HTTPServerParams.h>
+#include <Poco/Net/HTTPServerRequestImpl.h>
+#include <Poco/Net/ServerSocket.h>
+#include <Poco/ThreadPool.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <regex>
+#include <stdexcept>
+
+namespace reaper::test {
+
+namespace {
+
+// The path a request names, as the engine routes it: without its /vX.Y prefix and query.
+std::string route_of(const std::string& uri) {
+    static const std::regex versioned(R"(^/v[0-9][0-9.]*(/.*)$)");
+    std::string path = uri.substr(0, uri.find('?'));
+    std::smatch match;
+    if (std::regex_match(path, match, versioned)) return match[1];
+    return path;
+}
+
+// Ends the client's connection without an answer; Poco's server sends none when the handler
+// sent none.
+void hang_up(Poco::Net::HTTPServerResponse& response, Poco::Net::StreamSocket& client) {
+    response.setKeepAlive(false);
+    try {
+        client.shutdown();
+    } catch (const Poco::Exception&) {
+        // The client left first.
+    }
+}
+
+}  // namespace
+
+struct FaultFront::Impl {
+    std::string upstream;
+    std::string dir;
+    mutable std::mutex mutex;
+    std::optional<std::pair<std::string, std::string>> drop_next;  // method, route
+    std::optional<DroppedAnswer> dropped;
+    Poco::ThreadPool pool{2, 32};
+    std::unique_ptr<Poco::Net::HTTPServer> server;
+
+    // True (once) when this request's answer is the one to lose.
+    bool take_drop(const std::string& method, const std::string& route) {
+        std::lock_guard lock(mutex);
+        if (!drop_next || drop_next->first != method || drop_next->second != route) return false;
+        drop_next.reset();
+        return true;
+    }
+
+    void handle(Poco::Net::HTTPServerRequest& request, Poco::Net::HTTPServerResponse& response) {
+        auto& client = static_cast<Poco::Net::HTTPServerRequestImpl&>(request).socket();
+        const std::string body = http_forward::read_body(request);
+        const bool drop = take_drop(request.getMethod(), route_of(request.getURI()));
+        const int connections = server->totalConnections();
+        std::string reply;
+        try {
+            http_forward::Exchange exchange(upstream);
+            exchange.socket().setReceiveTimeout(Poco::Timespan(300, 0));
+            std::istream& from = exchange.send(request, request.getURI(), body);
+            Poco::StreamCopier::copyToString(from, reply);
+            if (drop) {
+                std::lock_guard lock(mutex);
+                dropped = DroppedAnswer{request.getMethod() + " " + request.getURI(),
+                                        static_cast<int>(exchange.response().getStatus()), reply,
+                                        connections};
+                return hang_up(response, client);
+            }
+            exchange.copy_head(response);
+        } catch (const Poco::Exception&) {
+            // The engine is down or broke the connection: so does the front.
+            return hang_up(response, client);
+        }
+        response.setContentLength(static_cast<std::streamsize>(reply.size()));
+        response.send() << reply;
+    }
+
+    struct Handler : Poco::Net::HTTPRequestHandler {
+        explicit Handler(Impl& front) : front(front) {}
+        void handleRequest(Poco::Net::HTTPServerRequest& request,
+                           Poco::Net::HTTPServerResponse& response) override {
+            front.handle(request, response);
+        }
+        Impl& front;
+    };
+
+    struct Factory : Poco::Net::HTTPRequestHandlerFactory {
+        explicit Factory(Impl& front) : front(front) {}
+        Poco::Net::HTTPRequestHandler* createRequestHandler(const Poco::Net::HTTPServerRequest&) override {
+            return new Handler(front);
+        }
+        Impl& front;
+    };
+};
+
+FaultFront::FaultFront(const std::string& upstream_socket) : impl_(std::make_unique<Impl>()) {
+    // A write to a client that left is an error to handle, not a signal that ends the test.
+    std::signal(SIGPIPE, SIG_IGN);
+    impl_->upstream = upstream_socket;
+    char pattern[] = "/tmp/reaper-fault-front.XXXXXX";
+    if (!::mkdtemp(pattern)) throw std::runtime_error("mkdtemp failed for the fault front");
+    impl_->dir = pattern;
+    Poco::Net::ServerSocket listener;
+    try {
+        listener.bind(Poco::Net::SocketAddress(socket_path()));
+        listener.listen(16);
+    } catch (const Poco::Exception& e) {
+        std::filesystem::remove_all(impl_->dir);
+        throw std::runtime_error("fault front cannot listen on " + socket_path() + ": " + e.displayText());
+    }
+    auto params = Poco::AutoPtr<Poco::Net::HTTPServerParams>(new Poco::Net::HTTPServerParams);
+    params->setKeepAlive(true);
+    params->setMaxKeepAliveRequests(0);
+    params->setKeepAliveTimeout(Poco::Timespan(300, 0));
+    params->setTimeout(Poco::Timespan(300, 0));
+    impl_->server = std::make_unique<Poco::Net::HTTPServer>(new Impl::Factory(*impl_), impl_->pool, listener, params);
+    impl_->server->start();
+}
+
+FaultFront::~FaultFront() {
+    impl_->server->stopAll(true);
+    impl_->pool.joinAll();
+    std::error_code ec;
+    std::filesystem::remove_all(impl_->dir, ec);
+}
+
+std::string FaultFront::socket_path() const { return impl_->dir + "/docker.sock"; }
+
+ClientOptions FaultFront::client_options() const {
+    ClientOptions options = engine().client_options();
+    options.address = EngineAddress::parse("unix://" + socket_path());
+    return options;
+}
+
+void FaultFront::drop_answer_of_next(const std::string& method, const std::string& path) {
+    std::lock_guard lock(impl_->mutex);
+    impl_->drop_next.emplace(method, path);
+}
+
+std::optional<FaultFront::DroppedAnswer> FaultFront::dropped() const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->dropped;
+}
+
+int FaultFront::connections_accepted() const { return impl_->server->totalConnections(); }
+
+}  // namespace reaper::test
