@@ -471,7 +471,8 @@ const std::vector<Section>& sections() {
           field<&C::sessions, &SessionsConfig::lease_grace>("lease_grace"),
           field<&C::sessions, &SessionsConfig::max_age>("max_age"),
           field<&C::sessions, &SessionsConfig::unclaimed_grace>("unclaimed_grace"),
-          field<&C::sessions, &SessionsConfig::tombstone_ttl>("tombstone_ttl")}},
+          field<&C::sessions, &SessionsConfig::tombstone_ttl>("tombstone_ttl"),
+          field<&C::sessions, &SessionsConfig::max_tombstones>("max_tombstones")}},
         {"reaper",
          {field<&C::reaper, &ReaperConfig::dry_run>("dry_run"),
           field<&C::reaper, &ReaperConfig::resync_interval>("resync_interval"),
@@ -614,6 +615,9 @@ bool group_valid(const std::string& group) {
 
 constexpr std::size_t max_unix_socket_path = 107;  // sun_path holds 108 bytes with the NUL
 constexpr unsigned max_concurrency = 256;
+// Each tombstone costs ~1.2 KB of reaperd's memory and ~80 bytes of state file
+// (bench/tombstone_bench): 10 million is ~12 GB, a typo rather than a plan.
+constexpr unsigned max_tombstones_limit = 10'000'000;
 constexpr std::uint64_t min_log_cap = 4 * KiB;
 constexpr std::array<std::string_view, 2> per_container_labels{"reaperd.max-age",
                                                                 "reaperd.log-max-size"};
@@ -692,6 +696,11 @@ void validate(Parser& p, const Config& c) {
     }
     at_least("sessions.tombstone_ttl", c.sessions.tombstone_ttl, 1s,
              "ended sessions must be remembered to reap their late containers");
+    check({"sessions.max_tombstones"},
+          c.sessions.max_tombstones >= 1 && c.sessions.max_tombstones <= max_tombstones_limit,
+          "sessions.max_tombstones",
+          "must be from 1 to " + std::to_string(max_tombstones_limit) + "; got " +
+              std::to_string(c.sessions.max_tombstones));
 
     at_least("reaper.resync_interval", c.reaper.resync_interval, 1s, "");
     at_least("reaper.retry_initial", c.reaper.retry_initial, 10ms, "");

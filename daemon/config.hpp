@@ -52,6 +52,9 @@ struct SessionsConfig {
     Duration max_age{0};          // 0 = off; label reaperd.max-age overrides per container
     Duration unclaimed_grace{0};  // 0 = off: sessions that never leased are left alone
     Duration tombstone_ttl{std::chrono::hours{24}};
+    // Ended sessions remembered at most; past it the oldest go first, but never one whose
+    // containers, networks, volumes or pending reaps are still there (policy.cpp decide()).
+    unsigned max_tombstones = 10000;
 
     friend bool operator==(const SessionsConfig&, const SessionsConfig&) = default;
 };

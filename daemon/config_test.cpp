@@ -113,6 +113,7 @@ sessions:
   max_age: 2h
   unclaimed_grace: 30m
   tombstone_ttl: 7d
+  max_tombstones: 500
 reaper:
   dry_run: true
   resync_interval: 5m
@@ -142,6 +143,7 @@ metrics:
     BOOST_TEST((c.sessions.max_age == 2h));
     BOOST_TEST((c.sessions.unclaimed_grace == 30min));
     BOOST_TEST((c.sessions.tombstone_ttl == 7 * 24h));
+    BOOST_TEST(c.sessions.max_tombstones == 500u);
     BOOST_TEST(c.reaper.dry_run);
     BOOST_TEST((c.reaper.resync_interval == 5min));
     BOOST_TEST((c.reaper.retry_initial == 500ms));
@@ -213,6 +215,9 @@ BOOST_AUTO_TEST_CASE(config_error_table) {
         {"sessions:\n  lease_grace:\n", "sessions.lease_grace", 2, 3, "got nothing"},
         {"sessions:\n  lease_grace: [1s]\n", "sessions.lease_grace", 2, 16, "got a list"},
         {"sessions:\n  tombstone_ttl: 0\n", "sessions.tombstone_ttl", 2, 18, "must be at least 1s; got 0"},
+        {"sessions:\n  max_tombstones: 0\n", "sessions.max_tombstones", 2, 19, "must be from 1 to 10000000; got 0"},
+        {"sessions:\n  max_tombstones: 20000000\n", "sessions.max_tombstones", 2, 19, "must be from 1 to 10000000"},
+        {"sessions:\n  max_tombstones: many\n", "sessions.max_tombstones", 2, 19, "expected a whole number"},
         {"engine:\n  request_timeout: 10ms\n", "engine.request_timeout", 2, 20, "at least 100ms"},
         {"reaper:\n  resync_interval: 0\n", "reaper.resync_interval", 2, 20, "at least 1s"},
         {"reaper:\n  retry_initial: 1ms\n", "reaper.retry_initial", 2, 18, "at least 10ms"},
@@ -394,11 +399,12 @@ BOOST_AUTO_TEST_CASE(format_config_round_trips) {
     c.engine.allow_plain_tcp = true;
     c.sessions.labels = {"x", "y.z"};
     c.sessions.lease_grace = 1500ms;
+    c.sessions.max_tombstones = 42;
     c.logs.max_size_bytes = 0;
     c.logs.action = LogAction::remove;
     c.metrics.listen = "[::1]:9";
     BOOST_TEST((parse_config(format_config(c), "c.yaml") == c), format_config(c));
-    BOOST_TEST(config_keys().size() == 25u);
+    BOOST_TEST(config_keys().size() == 26u);
 }
 
 // ---- durations and sizes --------------------------------------------------------------------

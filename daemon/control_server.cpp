@@ -111,12 +111,28 @@ struct Connection {
     std::string output;
     std::size_t output_sent = 0;
     std::string lease_session;  // non-empty once this connection holds a lease
+    bool proxy = false;         // that lease was taken with "proxy":true: it takes updates
+    std::int64_t client = 0;    // ProxyReport::client
     bool closing = false;       // close once output is flushed; read nothing more
     bool waiting = false;       // an answer is being built on a desk; read nothing yet
     Clock::time_point last_activity;
 };
 
+// The pid of the process that connected `fd`, or 0 when the kernel does not say.
+std::int64_t peer_pid(int fd) {
+    ucred credentials{};
+    socklen_t length = sizeof credentials;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return 0;
+    return credentials.pid;
+}
+
 }  // namespace
+
+void ControlHandler::proxy_reported(const std::string&, std::uint64_t, const ProxyReport&) {}
+
+control::Reply ControlHandler::session_report(const std::string&) {
+    throw Refused("this daemon does not answer session queries");
+}
 
 struct ControlServer::Impl {
     Impl(const ControlConfig& config, ControlHandler& handler, ControlServerLimits limits)
@@ -172,6 +188,7 @@ struct ControlServer::Impl {
         pthread_sigmask(SIG_BLOCK, &all, &previous);
         thread = std::thread([this] { serve(); });
         answerer.thread = std::thread([this] { answer(answerer); });
+        clerk.thread = std::thread([this] { answer(clerk); });
         resolver.thread = std::thread([this] { answer(resolver); });
         pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     }
@@ -183,7 +200,7 @@ struct ControlServer::Impl {
             [[maybe_unused]] const auto n = ::write(wake, &one, sizeof one);
             thread.join();
         }
-        for (Desk* desk : {&answerer, &resolver}) {
+        for (Desk* desk : {&answerer, &clerk, &resolver}) {
             if (!desk->thread.joinable()) continue;
             {
                 std::lock_guard lock(questions_mutex);
@@ -299,6 +316,8 @@ struct ControlServer::Impl {
             connection.fd = fd;
             connection.id = ++last_connection_id;
             connection.last_activity = Clock::now();
+            const auto pid = peer_pid(fd);
+            connection.client = pid > 0 ? pid : -static_cast<std::int64_t>(connection.id);
             connections.emplace(fd, std::move(connection));
             ++connection_total;
         }
@@ -347,7 +366,7 @@ struct ControlServer::Impl {
             return;
         }
         if (connection.waiting) return;  // the rest is read after the answer
-        if (!connection.lease_session.empty() && !connection.input.empty()) {
+        if (!connection.lease_session.empty() && !connection.proxy && !connection.input.empty()) {
             reject(connection, "lease connections take no further requests");
         } else if (connection.input.size() > control::max_message_bytes + 1) {
             reject(connection, "request exceeds " + std::to_string(control::max_message_bytes) +
@@ -356,7 +375,7 @@ struct ControlServer::Impl {
     }
 
     void handle_request(Connection& connection, std::string_view line) {
-        if (!connection.lease_session.empty()) {
+        if (!connection.lease_session.empty() && !connection.proxy) {
             reject(connection, "lease connections take no further requests");
             return;
         }
@@ -367,16 +386,35 @@ struct ControlServer::Impl {
             reject(connection, e.what());
             return;
         }
+        if (!connection.lease_session.empty() && request.op != control::Op::Update) {
+            reject(connection, "a proxy's lease connection takes no requests but \"update\"");
+            return;
+        }
         try {
             switch (request.op) {
             case control::Op::Lease:
                 handler.lease_opened(request.session, connection.id);
                 connection.lease_session = request.session;
+                if (request.proxy) {
+                    connection.proxy = true;
+                    handler.proxy_reported(request.session, connection.id,
+                                           {connection.client, request.labelled});
+                }
+                connection.output += control::encode_ok();
+                break;
+            case control::Op::Update:
+                if (!connection.proxy) {
+                    reject(connection, "op \"update\" belongs on the connection of a lease taken "
+                                       "with \"proxy\":true");
+                    return;
+                }
+                handler.proxy_reported(connection.lease_session, connection.id,
+                                       {connection.client, request.labelled});
                 connection.output += control::encode_ok();
                 break;
             case control::Op::End:
-                handler.end_session(request.session);
-                connection.output += control::encode_ok();
+            case control::Op::Session:
+                ask(connection, std::move(request), clerk);
                 break;
             case control::Op::Orphan:
                 ask(connection, std::move(request), resolver);
@@ -394,10 +432,11 @@ struct ControlServer::Impl {
         }
     }
 
-    // Status and metrics wait for the daemon's main loop, which may be busy for a while, and
-    // an orphan report for the engine's inspect: they are answered on desks of their own
-    // (one thread each), so leases and ends keep flowing meanwhile, and an engine slow to
-    // answer never delays a status.
+    // Status, metrics, ends and session queries wait for the daemon's main loop, which may be
+    // busy for a while, and an orphan report for the engine's inspect: they are answered on
+    // desks of their own (one thread each), so leases keep flowing meanwhile, an engine slow
+    // to answer never delays a status or an end, and a status being composed never delays an
+    // end.
     struct Desk;
     void ask(Connection& connection, control::Request request, Desk& desk) {
         connection.waiting = true;
@@ -409,14 +448,18 @@ struct ControlServer::Impl {
     }
 
     std::string reply_to(const control::Request& request) {
+        const auto ok = [](control::Reply reply) {
+            reply.ok = true;
+            return control::encode_reply(reply);
+        };
         switch (request.op) {
             case control::Op::Status: return control::encode_status_reply(handler.status_json());
             case control::Op::Metrics: return control::encode_metrics_reply(handler.metrics_text());
-            case control::Op::Orphan:
-                handler.orphan_reported(request.container, request.session);
-                return control::encode_ok();
+            case control::Op::Orphan: return ok(handler.orphan_reported(request.container, request.session));
+            case control::Op::End: return ok(handler.end_session(request.session));
+            case control::Op::Session: return ok(handler.session_report(request.session));
             case control::Op::Lease:
-            case control::Op::End: break;
+            case control::Op::Update: break;
         }
         throw std::logic_error("not a question for a desk");
     }
@@ -435,7 +478,10 @@ struct ControlServer::Impl {
             try {
                 question.reply = reply_to(question.request);
             } catch (const Refused& e) {
-                question.reply = control::encode_error(e.what());
+                auto reply = e.details();
+                reply.ok = false;
+                reply.error = e.what();
+                question.reply = control::encode_reply(reply);
             } catch (const std::exception& e) {
                 log(Priority::warning, std::string("control server: ") + control::to_string(op) +
                                            " failed: " + e.what());
@@ -534,6 +580,7 @@ struct ControlServer::Impl {
     };
     std::mutex questions_mutex;
     Desk answerer;                 // status, metrics
+    Desk clerk;                    // ends, session queries
     Desk resolver;                 // orphan reports
     std::deque<Question> answers;  // back to the server thread; guarded by questions_mutex
     std::atomic<bool> stopped{false};

@@ -1,10 +1,14 @@
 // The daemon's end of the control socket (protocol: lib/include/reaper/control.hpp,
 // docs/control-protocol.md). One thread serves every connection with poll(), so thousands of
-// idle leases cost one descriptor each and no thread; a second one builds status and metrics
-// answers, and a third resolves orphan reports (an engine call).
+// idle leases cost one descriptor each and no thread; three more answer what waits for
+// something: one builds status and metrics answers, one ends sessions and answers session
+// queries (both wait for the daemon's main loop), and one resolves orphan reports (an engine
+// call).
 #pragma once
 
 #include "config.hpp"
+
+#include "reaper/control.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -16,27 +20,58 @@
 namespace reaperd {
 
 // Thrown by a handler call to refuse a valid request (an orphan report naming no container,
-// or one reaperd does not own): the client gets what() as the error, as is; the connection
-// stays open.
+// or one reaperd does not own): the client gets what() as the error, as is, with the fields
+// of details() (the container the report resolved to, whether reaperd owns it); the
+// connection stays open.
 class Refused : public std::runtime_error {
-    using std::runtime_error::runtime_error;
+public:
+    explicit Refused(const std::string& what, reaper::control::Reply details = {})
+        : std::runtime_error(what),
+          details_(std::make_shared<const reaper::control::Reply>(std::move(details))) {}
+    const reaper::control::Reply& details() const noexcept { return *details_; }
+
+private:
+    std::shared_ptr<const reaper::control::Reply> details_;
 };
 
-// Called from the control server's threads: lease_opened, lease_closed and end_session from
-// the one serving every connection (in order, one at a time; they should return quickly,
-// since no other connection is served meanwhile); status_json and metrics_text from a second
-// thread, and orphan_reported from a third (it may wait for the engine), so a slow answer
-// delays only its asker (and, for orphans, the orphan reports queued behind it).
+// What a lease taken with "proxy":true says about its labelling proxy.
+struct ProxyReport {
+    // Who holds it: the client process's pid (SO_PEERCRED), so a proxy that reconnects (after
+    // a restart of reaperd, say) replaces its own counts; minus the connection id when the
+    // pid is unknown.
+    std::int64_t client = 0;
+    reaper::control::LabelledCounts labelled;  // totals so far
+};
+
+// Called from the control server's threads:
+// - lease_opened, lease_closed and proxy_reported from the one serving every connection (in
+//   order, one at a time; they should return quickly, since no other connection is served
+//   meanwhile);
+// - status_json and metrics_text from a second thread; end_session and session_report from a
+//   third (they may wait for the daemon's main loop); orphan_reported from a fourth (it may
+//   wait for the engine). A slow answer delays only its asker, and what is queued behind it
+//   on its thread.
 // Implementations must be thread-safe (the daemon posts each call to its main loop's queue).
-// An exception thrown by a call becomes an error reply to that client.
+// An exception thrown by a call becomes an error reply to that client. The Reply a call
+// returns is sent with "ok":true and the fields it sets (control.hpp says which op sets
+// which).
 class ControlHandler {
 public:
     virtual ~ControlHandler() = default;
     virtual void lease_opened(const std::string& session, std::uint64_t connection_id) = 0;
     virtual void lease_closed(const std::string& session, std::uint64_t connection_id) = 0;
-    virtual void end_session(const std::string& session) = 0;
+    // A lease taken with "proxy":true: called right after lease_opened with the counts its
+    // request carried, then after each "update" on its connection. Ignored by default.
+    virtual void proxy_reported(const std::string& session, std::uint64_t connection_id,
+                                const ProxyReport& report);
+    // The end reply: known, already_ended, dry_run, reaps_queued.
+    virtual reaper::control::Reply end_session(const std::string& session) = 0;
+    // The session reply: known, state, ready, dry_run, remaining. Refused by default.
+    virtual reaper::control::Reply session_report(const std::string& session);
     // `container` as the reporter gave it (an id, an id prefix or a name); `session` may be "".
-    virtual void orphan_reported(const std::string& container, const std::string& session) = 0;
+    // The orphan reply: the full id it was pinned to, name, session, owned, queued, dry_run.
+    virtual reaper::control::Reply orphan_reported(const std::string& container,
+                                                   const std::string& session) = 0;
     virtual std::string status_json() = 0;   // the JSON object returned as "status"
     virtual std::string metrics_text() = 0;  // Prometheus text exposition
 };
@@ -66,7 +101,8 @@ public:
     // Closes the listener and every connection WITHOUT calling lease_closed: a daemon shutting
     // down must not end anyone's session (leases are restored after restart with a fresh grace).
     // Removes the socket file if it is still the one this server bound. Waits for a status,
-    // metrics or orphan call already running in the handler to return. Idempotent.
+    // metrics, end, session or orphan call already running in the handler to return.
+    // Idempotent.
     void stop();
 
     const std::string& socket_path() const noexcept;

@@ -32,10 +32,11 @@ using namespace std::chrono_literals;
 namespace {
 
 struct Event {
-    std::string kind;  // opened, closed, end, orphan
+    std::string kind;  // opened, closed, proxy, end, session, orphan
     std::string a;
     std::string b;
     std::uint64_t connection = 0;
+    reaperd::ProxyReport proxy{};
 };
 
 class RecordingHandler : public reaperd::ControlHandler {
@@ -47,14 +48,50 @@ public:
     void lease_closed(const std::string& session, std::uint64_t id) override {
         record({"closed", session, "", id});
     }
-    void end_session(const std::string& session) override {
+    void proxy_reported(const std::string& session, std::uint64_t id, const reaperd::ProxyReport& report) override {
+        if (report.labelled.volumes == 666) throw std::runtime_error("cursed count");
+        record({"proxy", session, "", id, report});
+    }
+    control::Reply end_session(const std::string& session) override {
+        if (hold_end) hold_end->wait_for(60s);
         if (session == "explode") throw std::runtime_error("the daemon is unwell");
         record({"end", session, "", 0});
+        control::Reply reply;
+        reply.session = session;
+        reply.known = session != "stranger";
+        reply.already_ended = false;
+        reply.reaps_queued = control::KindCounts{{"containers", 3}};
+        return reply;
     }
-    void orphan_reported(const std::string& container, const std::string& session) override {
+    control::Reply session_report(const std::string& session) override {
+        record({"session", session, "", 0});
+        control::Reply reply;
+        reply.session = session;
+        reply.known = true;
+        reply.state = "ended";
+        reply.ready = true;
+        reply.remaining = control::KindCounts{{"containers", 1}, {"networks", 0}};
+        return reply;
+    }
+    control::Reply orphan_reported(const std::string& container, const std::string& session) override {
         if (hold_orphan) hold_orphan->wait_for(60s);
         if (container == "nowhere") throw reaperd::Refused("no container matches \"nowhere\"; not reaped");
+        if (container == "theirs") {
+            control::Reply details;
+            details.container = std::string(64, 'b');
+            details.name = "theirs";
+            details.owned = false;
+            details.queued = false;
+            throw reaperd::Refused("container theirs carries no session label; not reaped", details);
+        }
         record({"orphan", container, session, 0});
+        control::Reply reply;
+        reply.container = std::string(64, 'a');
+        reply.name = container;
+        reply.session = session.empty() ? "owner" : session;
+        reply.owned = true;
+        reply.queued = true;
+        return reply;
     }
     std::string status_json() override {
         if (hold_status) hold_status->wait_for(60s);
@@ -69,6 +106,8 @@ public:
     std::optional<std::shared_future<void>> hold_status;
     // When set, orphan_reported() waits for it (an engine slow to answer the inspect).
     std::optional<std::shared_future<void>> hold_orphan;
+    // When set, end_session() waits for it (a daemon whose main loop is busy).
+    std::optional<std::shared_future<void>> hold_end;
     std::size_t count(const std::string& kind) {
         std::lock_guard lock(mutex_);
         return static_cast<std::size_t>(std::count_if(
@@ -217,10 +256,10 @@ BOOST_AUTO_TEST_CASE(several_requests_share_one_plain_connection) {
     Fixture f;
     const int fd = connect_raw(f.config.socket);
     send_all(fd, "{\"op\":\"end\",\"session\":\"a\"}\n{\"op\":\"status\"}\r\n");
-    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    BOOST_TEST(read_line(fd) == R"({"ok":true,"session":"a","known":true,"already_ended":false,"reaps_queued":{"containers":3}})");
     BOOST_TEST(read_line(fd).find("\"status\"") != std::string::npos);
     send_all(fd, "{\"op\":\"end\",\"session\":\"b\"}\n");
-    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    BOOST_TEST(control::parse_reply(read_line(fd)).session == "b");
     ::close(fd);
     BOOST_TEST(f.handler.count("end") == 2u);
 }
@@ -238,7 +277,7 @@ BOOST_AUTO_TEST_CASE(a_slow_status_delays_only_its_asker) {
     BOOST_TEST(f.handler.count("end") == 1u);  // the asker's end waits behind its status
     release.set_value();
     BOOST_TEST(read_line(asker).find("\"status\"") != std::string::npos);
-    BOOST_TEST(read_line(asker) == "{\"ok\":true}");
+    BOOST_TEST(control::parse_reply(read_line(asker)).session == "after-status");
     BOOST_TEST(f.handler.count("end") == 2u);
     ::close(asker);
 }
@@ -256,8 +295,8 @@ BOOST_AUTO_TEST_CASE(a_slow_orphan_report_delays_neither_other_requests_nor_stat
     BOOST_TEST(client.status_json().find("sessions") != std::string::npos);
     BOOST_TEST(f.handler.count("end") == 1u);  // the reporter's end waits behind its orphan
     release.set_value();
-    BOOST_TEST(read_line(reporter) == "{\"ok\":true}");
-    BOOST_TEST(read_line(reporter) == "{\"ok\":true}");
+    BOOST_TEST(control::parse_reply(read_line(reporter)).container == std::string(64, 'a'));
+    BOOST_TEST(control::parse_reply(read_line(reporter)).session == "after-orphan");
     BOOST_TEST(f.handler.count("orphan") == 1u);
     BOOST_TEST(f.handler.count("end") == 2u);
     ::close(reporter);
@@ -269,7 +308,13 @@ BOOST_AUTO_TEST_CASE(a_refused_orphan_report_gets_the_handlers_words_and_the_con
     send_all(fd, "{\"op\":\"orphan\",\"container\":\"nowhere\"}\n");
     BOOST_TEST(read_line(fd) == R"({"ok":false,"error":"no container matches \"nowhere\"; not reaped"})");
     send_all(fd, "{\"op\":\"orphan\",\"container\":\"web\"}\n");
-    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    BOOST_TEST(read_line(fd) == R"({"ok":true,"container":")" + std::string(64, 'a') +
+                                    R"(","name":"web","session":"owner","owned":true,"queued":true})");
+    // A refusal after the report was resolved names what it resolved to.
+    send_all(fd, "{\"op\":\"orphan\",\"container\":\"theirs\"}\n");
+    BOOST_TEST(read_line(fd) == R"({"ok":false,"error":"container theirs carries no session label; not reaped",)"
+                                R"("container":")" + std::string(64, 'b') +
+                                    R"(","name":"theirs","owned":false,"queued":false})");
     ::close(fd);
     control::ControlClient client(f.config.socket);
     try {
@@ -324,7 +369,7 @@ BOOST_AUTO_TEST_CASE(malformed_requests_get_an_error_reply_and_the_connection_cl
         {"unknown op", "{\"op\":\"reap-everything\"}\n", "unknown op"},
         {"missing session", "{\"op\":\"lease\"}\n", "needs a \"session\""},
         {"wrong type", "{\"op\":\"end\",\"session\":1}\n", "must be a string"},
-        {"extra field", "{\"op\":\"status\",\"all\":true}\n", "unexpected field"},
+        {"a field the op does not take", "{\"op\":\"status\",\"session\":\"s\"}\n", "unexpected field"},
         {"bad session id", "{\"op\":\"lease\",\"session\":\"a b\"}\n", "has a space"},
         {"binary", std::string("\x00\xff\x13\x37\n", 5), "not valid UTF-8"},
         {"non-utf8 string", "{\"op\":\"lease\",\"session\":\"\xc3\x28\"}\n", "not valid UTF-8"},
@@ -538,4 +583,141 @@ BOOST_AUTO_TEST_CASE(socket_file_mode_group_and_stale_handling) {
         BOOST_TEST(std::string(e.what()).find("at most") != std::string::npos, e.what());
     }
     std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(replies_say_what_happened) {
+    Fixture f;
+    control::ControlClient client(f.config.socket);
+    const auto ended = client.end("s1");
+    BOOST_TEST(ended.session == "s1");
+    BOOST_TEST(ended.known.value());
+    BOOST_TEST(!ended.already_ended.value());
+    BOOST_TEST((ended.reaps_queued == control::KindCounts{{"containers", 3}}));
+    BOOST_TEST(!client.end("stranger").known.value());
+
+    const auto left = client.session("s1");
+    BOOST_TEST(left.state == "ended");
+    BOOST_TEST(left.remaining_total() == 1u);
+    BOOST_TEST(!left.nothing_remains());
+    BOOST_TEST(f.handler.count("session") == 1u);
+
+    const auto orphan = client.report_orphan("web", "");
+    BOOST_TEST(orphan.container == std::string(64, 'a'));
+    BOOST_TEST(orphan.name == "web");
+    BOOST_TEST(orphan.owned.value());
+    BOOST_TEST(orphan.queued.value());
+    try {
+        client.report_orphan("theirs", "");
+        BOOST_FAIL("no error reply");
+    } catch (const control::ErrorReply& e) {
+        BOOST_TEST(e.reply().container == std::string(64, 'b'));
+        BOOST_TEST(!e.reply().owned.value());
+        BOOST_TEST(!e.reply().queued.value());
+        BOOST_TEST(e.reply().error.find("carries no session label") != std::string::npos, e.reply().error);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_end_delays_neither_leases_nor_status) {
+    Fixture f;
+    std::promise<void> release;
+    f.handler.hold_end = release.get_future().share();
+    const int ender = connect_raw(f.config.socket);
+    send_all(ender, "{\"op\":\"end\",\"session\":\"slow\"}\n");
+    control::ControlClient client(f.config.socket, 5s);
+    auto lease = client.lease("quick");
+    BOOST_TEST(client.status_json().find("sessions") != std::string::npos);
+    BOOST_TEST(f.handler.count("end") == 0u);
+    release.set_value();
+    BOOST_TEST(control::parse_reply(read_line(ender)).session == "slow");
+    ::close(ender);
+}
+
+BOOST_AUTO_TEST_CASE(a_proxy_lease_takes_updates_and_names_its_client_process) {
+    Fixture f;
+    const int fd = connect_raw(f.config.socket);
+    send_all(fd, "{\"op\":\"lease\",\"session\":\"P\",\"proxy\":true,\"containers_labelled\":1}\n");
+    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    // A line may come in pieces; the lease holds meanwhile.
+    send_all(fd, "{\"op\":\"update\",\"containers_labelled\":2,");
+    std::this_thread::sleep_for(50ms);
+    send_all(fd, "\"networks_labelled\":1}\n");
+    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    // A report the handler fails on is answered with the error; the lease stays.
+    send_all(fd, "{\"op\":\"update\",\"volumes_labelled\":666}\n");
+    BOOST_TEST(read_line(fd).find("update failed: cursed count") != std::string::npos);
+    send_all(fd, "{\"op\":\"update\",\"containers_labelled\":3,\"networks_labelled\":1,\"volumes_labelled\":1}\n");
+    BOOST_TEST(read_line(fd) == "{\"ok\":true}");
+    auto events = f.handler.events();
+    BOOST_REQUIRE(events.size() == 4u);
+    BOOST_TEST(events[0].kind == "opened");
+    for (std::size_t i = 1; i < events.size(); ++i) {
+        BOOST_TEST(events[i].kind == "proxy");
+        BOOST_TEST(events[i].a == "P");
+        BOOST_TEST(events[i].connection == events[0].connection);
+        BOOST_TEST(events[i].proxy.client == ::getpid());
+    }
+    BOOST_TEST((events[1].proxy.labelled == control::LabelledCounts{1, 0, 0}));
+    BOOST_TEST((events[2].proxy.labelled == control::LabelledCounts{2, 1, 0}));
+    BOOST_TEST((events[3].proxy.labelled == control::LabelledCounts{3, 1, 1}));
+    BOOST_TEST(f.handler.count("closed") == 0u);
+    ::close(fd);
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 1; }));
+
+    // The library's side of it.
+    control::ControlClient client(f.config.socket);
+    auto lease = client.proxy_lease("Q", {4, 0, 0});
+    lease->update({5, 0, 1}, 2s);
+    BOOST_TEST(lease->alive());
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("proxy") == 5; }));
+    BOOST_TEST((f.handler.events().back().proxy.labelled == control::LabelledCounts{5, 0, 1}));
+}
+
+BOOST_AUTO_TEST_CASE(updates_and_proxy_fields_are_refused_where_they_do_not_belong) {
+    Fixture f;
+    struct Case {
+        std::string name;
+        std::string bytes;
+        std::string expected_fragment;
+        bool leased;  // a lease was taken (and ends with the connection)
+    };
+    const std::vector<Case> cases{
+        {"update without a lease", "{\"op\":\"update\",\"containers_labelled\":1}\n",
+         "belongs on the connection of a lease taken with \"proxy\":true", false},
+        {"update on a plain lease", "{\"op\":\"lease\",\"session\":\"L1\"}\n{\"op\":\"update\"}\n",
+         "lease connections take no further requests", true},
+        {"another op on a proxy lease", "{\"op\":\"lease\",\"session\":\"L2\",\"proxy\":true}\n{\"op\":\"status\"}\n",
+         "takes no requests but \"update\"", true},
+        {"a negative count", "{\"op\":\"lease\",\"session\":\"L3\",\"proxy\":true}\n{\"op\":\"update\",\"containers_labelled\":-1}\n",
+         "field \"containers_labelled\" must be a non-negative integer", true},
+        {"a count that is a string", "{\"op\":\"lease\",\"session\":\"L4\",\"proxy\":true}\n{\"op\":\"update\",\"volumes_labelled\":\"2\"}\n",
+         "field \"volumes_labelled\" must be a non-negative integer", true},
+        {"proxy not a boolean", "{\"op\":\"lease\",\"session\":\"L5\",\"proxy\":\"yes\"}\n",
+         "field \"proxy\" must be a boolean", false},
+        {"counts without a proxy", "{\"op\":\"lease\",\"session\":\"L6\",\"networks_labelled\":1}\n",
+         "field \"networks_labelled\" needs \"proxy\":true", false},
+        {"proxy on end", "{\"op\":\"end\",\"session\":\"L7\",\"proxy\":true}\n",
+         "unexpected field \"proxy\" for op \"end\"", false},
+    };
+    std::size_t leases = 0;
+    for (const auto& c : cases) {
+        BOOST_TEST_CONTEXT(c.name) {
+            const int fd = connect_raw(f.config.socket);
+            send_all(fd, c.bytes);
+            const auto received = read_until_eof(fd);
+            ::close(fd);
+            const auto last_line_start = received.rfind('\n', received.size() - 2);
+            const auto last = received.substr(last_line_start == std::string::npos ? 0 : last_line_start + 1);
+            const auto reply = control::parse_reply(std::string_view(last).substr(0, last.size() - 1));
+            BOOST_TEST(!reply.ok);
+            BOOST_TEST(reply.error.find(c.expected_fragment) != std::string::npos, reply.error);
+            if (c.leased) ++leases;
+        }
+    }
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == leases; }));
+    BOOST_TEST(f.handler.count("opened") == leases);
+    // Fields this daemon does not know are ignored: a newer client's.
+    const int fd = connect_raw(f.config.socket);
+    send_all(fd, "{\"op\":\"end\",\"session\":\"newer\",\"reason\":\"done\"}\n");
+    BOOST_TEST(control::parse_reply(read_line(fd)).session == "newer");
+    ::close(fd);
 }

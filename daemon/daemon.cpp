@@ -46,6 +46,48 @@ std::string plural(std::size_t n, const char* word) {
     return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
+// The journal line of a session's end names what its labelling proxies labelled (issue "run
+// --own": status and journal), in the message and as fields; nothing without a proxy.
+void name_labelled(const Session& session, std::string& message, std::vector<LogField>& fields) {
+    if (session.proxies.empty()) return;
+    const auto labelled = session.labelled();
+    message += "; its proxy labelled " + plural(labelled.containers, "container") + ", " +
+               plural(labelled.networks, "network") + ", " + plural(labelled.volumes, "volume");
+    fields.push_back({"PROXY", "true"});
+    fields.push_back({"CONTAINERS_LABELLED", std::to_string(labelled.containers)});
+    fields.push_back({"NETWORKS_LABELLED", std::to_string(labelled.networks)});
+    fields.push_back({"VOLUMES_LABELLED", std::to_string(labelled.volumes)});
+}
+
+// Containers (known, or pending a reap), networks and volumes (known, or pending a removal)
+// of one session, by kind: what `end --wait` waits to see at 0. A kind the daemon learns to
+// reap belongs here too.
+reaper::control::KindCounts remaining_of(const Registry& registry, const std::string& session) {
+    std::set<std::string> containers;
+    for (const auto& [id, known] : registry.containers)
+        if (known.session == session) containers.insert(id);
+    for (const auto& [id, reap] : registry.pending)
+        if (reap.session == session) containers.insert(id);
+    std::set<ObjectRef> objects;
+    for (const auto& [ref, known] : registry.objects)
+        if (known.session == session) objects.insert(ref);
+    for (const auto& [ref, removal] : registry.pending_objects)
+        if (removal.session == session) objects.insert(ref);
+    reaper::control::KindCounts remaining{{"containers", containers.size()}, {"networks", 0}, {"volumes", 0}};
+    for (const auto& ref : objects) ++remaining[std::string(to_string(ref.kind)) + "s"];
+    return remaining;
+}
+
+// The session's reaps and removals queued now, by kind.
+reaper::control::KindCounts queued_of(const Registry& registry, const std::string& session) {
+    reaper::control::KindCounts queued{{"containers", 0}, {"networks", 0}, {"volumes", 0}};
+    for (const auto& [id, reap] : registry.pending)
+        if (reap.session == session) ++queued["containers"];
+    for (const auto& [ref, removal] : registry.pending_objects)
+        if (removal.session == session) ++queued[std::string(to_string(ref.kind)) + "s"];
+    return queued;
+}
+
 }  // namespace
 
 Daemon::Daemon(Config config, reaper::Engine& engine, DaemonOptions options)
@@ -105,6 +147,9 @@ void Daemon::request_reload() {
 }
 
 void Daemon::lease_opened(const std::string& session, std::uint64_t connection_id) {
+    // The door first, on this (the control server's) thread: an attempt the loop has
+    // already sent to the pool is refused from now on (guard.hpp, Expectation::leases_opened).
+    guard_.lease_opening(session);
     post([this, session, connection_id](TimePoint now) {
         bool revived = registry_.sessions.count(session) &&
                        registry_.sessions.at(session).state() == SessionState::ended;
@@ -127,24 +172,70 @@ void Daemon::lease_closed(const std::string& session, std::uint64_t connection_i
     });
 }
 
-void Daemon::end_session(const std::string& session) {
-    post([this, session](TimePoint now) {
-        if (registry_.end_session(session, "end", now)) {
-            dirty_ = true;
-            metrics_.action("end_session");
-            log(Priority::notice, message_id::session_ended, "session ended by its owner",
-                {{"SESSION_ID", session}, {"ACTION", "end_session"}, {"REASON", "end"}});
-        }
+void Daemon::proxy_reported(const std::string& session, std::uint64_t,
+                            const ProxyReport& report) {
+    post([this, session, report](TimePoint now) {
+        registry_.session(session, now).proxies[report.client] = report.labelled;
     });
 }
 
-void Daemon::orphan_reported(const std::string& container, const std::string& session) {
-    PinnedOrphan orphan = pin_orphan(container, session);
-    // The loop owns the registry: it queues (or, in a dry run, says what it would do).
-    ask([this, orphan](TimePoint now) {
-        queue_orphan(orphan, now);
+reaper::control::Reply Daemon::end_session(const std::string& session) {
+    // Shared with the message: a stop may leave it queued after this call gave up waiting.
+    auto reply = std::make_shared<reaper::control::Reply>();
+    ask([this, session, reply](TimePoint now) {
+        auto known = registry_.sessions.find(session);
+        reply->session = session;
+        reply->known = known != registry_.sessions.end();
+        reply->already_ended = known != registry_.sessions.end() && known->second.ended_at;
+        if (registry_.end_session(session, "end", now)) {
+            dirty_ = true;
+            metrics_.action("end_session");
+            metrics_.session_ended(registry_.sessions.at(session).end_reason);
+            std::string message = "session ended by its owner";
+            std::vector<LogField> fields{{"SESSION_ID", session}, {"ACTION", "end_session"}, {"REASON", "end"}};
+            name_labelled(registry_.sessions.at(session), message, fields);
+            log(Priority::notice, message_id::session_ended, message, std::move(fields));
+        }
+        // Its containers are queued now rather than at the end of the turn, so the reply can
+        // say how many.
+        apply_decisions(now);
+        reply->dry_run = config_.reaper.dry_run;
+        reply->reaps_queued = queued_of(registry_, session);
         return std::string();
     });
+    return *reply;
+}
+
+reaper::control::Reply Daemon::session_report(const std::string& session) {
+    auto reply = std::make_shared<reaper::control::Reply>();
+    ask([this, session, reply](TimePoint) {
+        auto known = registry_.sessions.find(session);
+        reply->session = session;
+        reply->known = known != registry_.sessions.end();
+        if (known != registry_.sessions.end()) reply->state = to_string(known->second.state());
+        reply->ready = ready_;
+        reply->dry_run = config_.reaper.dry_run;
+        reply->remaining = remaining_of(registry_, session);
+        return std::string();
+    });
+    return *reply;
+}
+
+reaper::control::Reply Daemon::orphan_reported(const std::string& container, const std::string& session) {
+    PinnedOrphan orphan = pin_orphan(container, session);
+    auto reply = std::make_shared<reaper::control::Reply>();
+    reply->container = orphan.container;
+    reply->name = orphan.name;
+    reply->session = orphan.session;
+    if (orphan.inspected) reply->owned = true;
+    // The loop owns the registry: it queues (or, in a dry run, says what it would do).
+    ask([this, orphan, reply](TimePoint now) {
+        queue_orphan(orphan, now);
+        reply->dry_run = config_.reaper.dry_run;
+        reply->queued = !config_.reaper.dry_run;
+        return std::string();
+    });
+    return *reply;
 }
 
 // A reported name or id prefix is pinned to the full id it names now: a retry by name could
@@ -166,10 +257,17 @@ Daemon::PinnedOrphan Daemon::pin_orphan(const std::string& reference, const std:
         if (!is_full_container_id(reference))
             problem = "cannot resolve \"" + reference + "\" to one container: " + describe(e);
     }
-    PinnedOrphan orphan{info ? info->id : reference, info ? info->name : "", session};
+    PinnedOrphan orphan{info ? info->id : reference, info ? info->name : "", session, info.has_value()};
+    // A refusal's reply names what the report resolved to, and whether reaperd owns it.
+    reaper::control::Reply details;
+    details.queued = false;
     if (info) {
         auto owner = owning_session(info->labels, config->labels);
         std::string subject = "container " + orphan.name + " (" + orphan.container + ")";
+        details.container = orphan.container;
+        details.name = orphan.name;
+        details.session = owner.value_or("");
+        details.owned = owner.has_value();
         if (auto refusal = ownership_refusal(info->labels, *config, expected))
             problem = *refusal == Outcome::refused_not_owned
                           ? subject + " carries no session label; reaperd does not own it"
@@ -181,7 +279,7 @@ Daemon::PinnedOrphan Daemon::pin_orphan(const std::string& reference, const std:
         auto fields = container_fields(orphan.container, orphan.name, session, "none");
         fields.push_back({"ERROR", problem});
         log(Priority::warning, {}, "orphan report refused: " + problem, std::move(fields));
-        throw Refused(problem + "; not reaped");
+        throw Refused(problem + "; not reaped", std::move(details));
     }
     return orphan;
 }
@@ -271,7 +369,9 @@ void Daemon::start_up(TimePoint now) {
         {{"DRY_RUN", config_.reaper.dry_run ? "true" : "false"}});
     state_ = std::make_unique<StateStore>(config_.state.dir);
     try {
-        registry_.restore(load_state_retrying(*state_), config_.sessions.lease_grace, now);
+        PersistedState loaded = load_state_retrying(*state_);
+        for (const auto& warning : loaded.warnings) log(Priority::warning, {}, warning, {});
+        registry_.restore(loaded, config_.sessions.lease_grace, now);
     } catch (const StateCorrupt& e) {
         std::string aside;
         try {
@@ -347,21 +447,24 @@ void Daemon::apply_decisions(TimePoint now) {
             if (!registry_.end_session(end.session, end.reason, now)) continue;
             dirty_ = true;
             metrics_.action("end_session");
-            log(Priority::notice, message_id::session_ended,
-                end.reason == "lease_expired" ? "session ended: its last lease closed and "
-                                                "lease_grace passed"
-                                              : "session ended: it never took a lease within "
-                                                "unclaimed_grace",
-                {{"SESSION_ID", end.session}, {"ACTION", "end_session"}, {"REASON", end.reason}});
+            metrics_.session_ended(end.reason);
+            std::string message = end.reason == "lease_expired"
+                                      ? "session ended: its last lease closed and lease_grace passed"
+                                      : "session ended: it never took a lease within unclaimed_grace";
+            std::vector<LogField> fields{
+                {"SESSION_ID", end.session}, {"ACTION", "end_session"}, {"REASON", end.reason}};
+            name_labelled(registry_.sessions.at(end.session), message, fields);
+            log(Priority::notice, message_id::session_ended, message, std::move(fields));
         }
         for (const auto& id : d.forget) {
-            auto it = registry_.sessions.find(id);
-            if (it == registry_.sessions.end()) continue;
-            if (it->second.ended_at) dirty_ = true;
-            if (it->second.leases.empty())
-                registry_.sessions.erase(it);
-            else
-                it->second.ended_at.reset();
+            guard_.forget_session(id);
+            if (registry_.forget_session(id)) dirty_ = true;
+        }
+        for (const auto& id : d.evict) {
+            guard_.forget_session(id);
+            if (!registry_.forget_session(id)) continue;
+            dirty_ = true;
+            metrics_.tombstone_evicted();
         }
         for (const auto& reap : d.reap) {
             if (config_.reaper.dry_run) {
@@ -378,9 +481,28 @@ void Daemon::apply_decisions(TimePoint now) {
             auto& pending = registry_.pending.at(id);
             pending.in_flight = true;
             ++in_flight_;
-            pool_->submit({id, expectation_for(pending, registry_), pending.reason});
+            pool_->submit({id, expectation_for(pending, registry_), pending.reason, std::nullopt});
         }
-        if (d.end.empty() && d.reap.empty() && d.forget.empty()) break;
+        for (const auto& remove : d.remove) {
+            if (config_.reaper.dry_run) {
+                registry_.would_remove_logged.insert(remove.object);
+                metrics_.action("would_reap");
+                auto fields = object_fields(remove.object, remove.name);
+                fields.push_back({"SESSION_ID", remove.session});
+                fields.push_back({"ACTION", "would_reap"});
+                log(Priority::notice, message_id::would_reap,
+                    "dry run: would remove " + describe(remove.object, remove.name), std::move(fields));
+                continue;
+            }
+            registry_.add_pending_object(remove.object, remove.name, remove.session, now);
+        }
+        for (const auto& ref : d.attempt_objects) {
+            auto& removal = registry_.pending_objects.at(ref);
+            removal.in_flight = true;
+            ++in_flight_;
+            pool_->submit({"", expectation_for(removal, registry_), "session_ended", ref});
+        }
+        if (d.end.empty() && d.reap.empty() && d.forget.empty() && d.evict.empty() && d.remove.empty()) break;
     }
 }
 
@@ -392,6 +514,7 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
                 {{"ENGINE", options_.engine_address}});
             // Retries waited on the engine; it is here now.
             for (auto& [id, pending] : registry_.pending) pending.next_attempt = now;
+            for (auto& [ref, removal] : registry_.pending_objects) removal.next_attempt = now;
         }
         engine_state_ = EngineState::up;
         engine_error_.clear();
@@ -424,10 +547,26 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
     } else if (auto* gone = std::get_if<watch::Gone>(&event)) {
         container_gone(gone->id);
     } else if (auto* listed = std::get_if<watch::Listed>(&event)) {
+        metrics_.engine_synced(now);
         std::vector<std::string> vanished;
         for (const auto& [id, known] : registry_.containers)
             if (!listed->ids.count(id)) vanished.push_back(id);
         for (const auto& id : vanished) container_gone(id);
+    } else if (auto* object = std::get_if<watch::ObjectAppeared>(&event)) {
+        const auto& o = object->object;
+        registry_.upsert_object(o.ref, o.name, o.labels, config_.sessions, now);
+    } else if (auto* gone_object = std::get_if<watch::ObjectGone>(&event)) {
+        registry_.erase_object(gone_object->ref);
+    } else if (auto* objects = std::get_if<watch::ObjectsListed>(&event)) {
+        std::set<ObjectRef> present;
+        for (const auto& o : objects->objects) {
+            registry_.upsert_object(o.ref, o.name, o.labels, config_.sessions, now);
+            present.insert(o.ref);
+        }
+        std::vector<ObjectRef> vanished;
+        for (const auto& [ref, known] : registry_.objects)
+            if (ref.kind == objects->kind && !present.count(ref)) vanished.push_back(ref);
+        for (const auto& ref : vanished) registry_.erase_object(ref);
     }
 }
 
@@ -465,6 +604,7 @@ void Daemon::container_gone(const std::string& id) {
 
 void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
     if (in_flight_ > 0) --in_flight_;
+    if (result.object) return on_object_result(*result.object, result.result, now);
     auto it = registry_.pending.find(result.container);
     if (it == registry_.pending.end()) return;
     PendingReap& pending = it->second;
@@ -474,7 +614,7 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
     const Outcome outcome = result.result.outcome;
     switch (outcome) {
         case Outcome::acted:
-            metrics_.reap_done();
+            metrics_.reap_done(now - pending.due);
             metrics_.action("reap");
             log(Priority::notice, message_id::container_reaped, "container reaped",
                 std::move(fields));
@@ -527,15 +667,89 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
     }
 }
 
+// A network's or volume's removal attempt: as a container's, but nothing is persisted (the
+// next list finds what is left, and the session's tombstone queues it again).
+void Daemon::on_object_result(const ObjectRef& ref, const GuardResult& result, TimePoint now) {
+    auto it = registry_.pending_objects.find(ref);
+    if (it == registry_.pending_objects.end()) return;
+    PendingRemoval& removal = it->second;
+    removal.in_flight = false;
+    const std::string kind(to_string(ref.kind));
+    auto fields = object_fields(ref, removal.name);
+    fields.push_back({"SESSION_ID", removal.session});
+    fields.push_back({"ACTION", "remove"});
+    fields.push_back({"REASON", "session_ended"});
+    switch (result.outcome) {
+        case Outcome::acted:
+            metrics_.object_reaped(kind);
+            metrics_.action("reap_" + kind);
+            log(Priority::notice,
+                ref.kind == ObjectKind::network ? message_id::network_reaped : message_id::volume_reaped,
+                kind + " reaped", std::move(fields));
+            registry_.pending_objects.erase(it);
+            registry_.objects.erase(ref);
+            break;
+        case Outcome::gone:
+            log(Priority::info, {}, kind + " already gone; nothing to reap", std::move(fields));
+            registry_.pending_objects.erase(it);
+            registry_.objects.erase(ref);
+            break;
+        case Outcome::refused_not_pinned:
+        case Outcome::refused_not_owned:
+        case Outcome::refused_other_session:
+        case Outcome::refused_session_alive:
+            // The door logged why; dropped. A session alive again gets its networks and
+            // volumes queued afresh when it ends again. Otherwise what the fresh inspect said
+            // replaces what the list said, so that a volume name taken meanwhile by another
+            // owner is not queued again and again (the next list or event corrects the rest).
+            registry_.pending_objects.erase(it);
+            if (auto known = registry_.objects.find(ref); known != registry_.objects.end()) {
+                if (result.outcome == Outcome::refused_not_pinned)
+                    registry_.objects.erase(known);
+                else if (result.outcome != Outcome::refused_session_alive)
+                    known->second.session = result.session;
+            }
+            break;
+        case Outcome::removing:
+        case Outcome::not_running:
+        case Outcome::dry_run:
+            // A reload turned dry run on while this attempt ran: it stays pending. (The other
+            // two never happen to a network or volume.)
+            break;
+        case Outcome::failed: {
+            // In use (a container of another session or none still attached, a volume still
+            // mounted): retried with backoff like a container's removal, for as long as it exists.
+            ++removal.failures;
+            metrics_.reap_failed();
+            std::uniform_real_distribution<double> jitter(0.0, 1.0);
+            Duration delay = retry_delay(removal.failures, config_.reaper.retry_initial,
+                                         config_.reaper.retry_max, jitter(random_));
+            removal.next_attempt = now + delay;
+            bool give_up_level = removal.failures >= config_.reaper.error_after_attempts;
+            fields.push_back({"ERROR", result.error});
+            fields.push_back({"ATTEMPT", std::to_string(removal.failures)});
+            fields.push_back({"RETRY_IN", format_duration(delay)});
+            log(give_up_level ? Priority::err : Priority::warning, message_id::object_reap_failed,
+                give_up_level ? kind + " removal keeps failing; still retrying"
+                              : kind + " removal failed; will retry",
+                std::move(fields));
+            break;
+        }
+    }
+}
+
 void Daemon::save_state_if_dirty() {
     if (!dirty_ || !state_) return;
     try {
-        state_->save(registry_.persisted());
+        // Appends what changed to the journal (state.hpp): its cost follows the change, not
+        // the tombstones held (0.2 ms with 100,000 of them, bench/tombstone_bench).
+        state_->save_changes(registry_);
         dirty_ = false;
         if (state_save_failing_) log(Priority::info, {}, "state saved again", {});
         state_save_failing_ = false;
     } catch (const std::exception& e) {
         // Keep running on what is in memory; retried on the next turn with anything new.
+        metrics_.state_save_failed();
         if (!state_save_failing_)
             log(Priority::err, {}, "cannot save state", {{"ERROR", e.what()}});
         state_save_failing_ = true;
@@ -609,8 +823,12 @@ void Daemon::shut_down() {
     if (control_) control_->stop();
     // Queued attempts not yet started stay pending (and saved); those running may finish.
     for (const auto& job : pool_->drain_queue()) {
-        auto it = registry_.pending.find(job.container);
-        if (it != registry_.pending.end()) it->second.in_flight = false;
+        if (job.object) {
+            if (auto it = registry_.pending_objects.find(*job.object); it != registry_.pending_objects.end())
+                it->second.in_flight = false;
+        } else if (auto it = registry_.pending.find(job.container); it != registry_.pending.end()) {
+            it->second.in_flight = false;
+        }
         if (in_flight_ > 0) --in_flight_;
     }
     auto deadline = Clock::now() + options_.stop_timeout;
@@ -684,6 +902,8 @@ std::string Daemon::render_status(TimePoint now) const {
         o.set("state", to_string(state));
         o.set("leases", static_cast<std::uint64_t>(s.leases.size()));
         o.set("containers", static_cast<std::uint64_t>(registry_.containers_of(id)));
+        o.set("networks", static_cast<std::uint64_t>(registry_.objects_of(id, ObjectKind::network)));
+        o.set("volumes", static_cast<std::uint64_t>(registry_.objects_of(id, ObjectKind::volume)));
         std::optional<TimePoint> deadline;
         if (state == SessionState::grace) deadline = s.grace_deadline;
         if (state == SessionState::ended) deadline = *s.ended_at + config_.sessions.tombstone_ttl;
@@ -698,6 +918,13 @@ std::string Daemon::render_status(TimePoint now) const {
             o.set("deadline_in_ms", Poco::Dynamic::Var());
         }
         if (state == SessionState::ended) o.set("end_reason", s.end_reason);
+        o.set("proxy", !s.proxies.empty());
+        if (!s.proxies.empty()) {
+            const auto labelled = s.labelled();
+            o.set("containers_labelled", labelled.containers);
+            o.set("networks_labelled", labelled.networks);
+            o.set("volumes_labelled", labelled.volumes);
+        }
         sessions.add(o);
     }
     root.set("sessions", sessions);
@@ -715,10 +942,30 @@ std::string Daemon::render_status(TimePoint now) const {
         pending.add(o);
     }
     root.set("pending", pending);
+    root.set("tracked_networks", static_cast<std::uint64_t>(registry_.tracked_objects(ObjectKind::network)));
+    root.set("tracked_volumes", static_cast<std::uint64_t>(registry_.tracked_objects(ObjectKind::volume)));
+    root.set("pending_network_reaps",
+             static_cast<std::uint64_t>(registry_.pending_objects_of(ObjectKind::network)));
+    root.set("pending_volume_reaps",
+             static_cast<std::uint64_t>(registry_.pending_objects_of(ObjectKind::volume)));
+    Poco::JSON::Array pending_objects;
+    for (const auto& [ref, p] : registry_.pending_objects) {
+        Poco::JSON::Object o;
+        o.set("kind", std::string(to_string(ref.kind)));
+        o.set("id", ref.id);
+        o.set("name", p.name);
+        o.set("session", p.session);
+        o.set("failures", p.failures);
+        o.set("in_flight", p.in_flight);
+        pending_objects.add(o);
+    }
+    root.set("pending_objects", pending_objects);
     Poco::JSON::Object counters;
     counters.set("reaps_done", metrics_.reaps_done());
     counters.set("reaps_failed", metrics_.reaps_failed());
     counters.set("engine_reconnects", metrics_.engine_reconnects());
+    counters.set("networks_reaped", metrics_.networks_reaped());
+    counters.set("volumes_reaped", metrics_.volumes_reaped());
     counters.set("log_bytes_dropped",
                  capper_ ? capper_->counters().log_bytes_dropped : std::uint64_t{0});
     Poco::JSON::Object actions;
@@ -752,9 +999,19 @@ std::string Daemon::render_metrics() const {
     Gauges gauges;
     gauges.tracked_containers = registry_.tracked_count();
     for (const auto& [id, s] : registry_.sessions) ++gauges.sessions_by_state[to_string(s.state())];
+    gauges.tombstones = gauges.sessions_by_state["ended"];
     gauges.pending_reaps = registry_.pending.size();
+    gauges.tracked_networks = registry_.tracked_objects(ObjectKind::network);
+    gauges.tracked_volumes = registry_.tracked_objects(ObjectKind::volume);
+    gauges.pending_network_reaps = registry_.pending_objects_of(ObjectKind::network);
+    gauges.pending_volume_reaps = registry_.pending_objects_of(ObjectKind::volume);
     gauges.engine_up = engine_state_ == EngineState::up;
-    if (capper_) gauges.log_bytes_dropped = capper_->counters().log_bytes_dropped;
+    if (capper_) {
+        const auto counters = capper_->counters();
+        gauges.log_bytes_dropped = counters.log_bytes_dropped;
+        gauges.log_action_failures = counters.action_failures;
+    }
+    gauges.process = read_process_stats();
     gauges.log_actions = capper_actions();
     for (const auto& [kind, count] : refusals()) gauges.log_actions[kind] += count;
     return metrics_.render(gauges);

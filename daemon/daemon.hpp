@@ -7,11 +7,19 @@
 //   {"engine": "up"|"down"|"starting"|"unsupported", "engine_error": "..." (down and
 //    unsupported only), "ready": bool, "dry_run": bool,
 //    "sessions": [{"id", "state": "leased"|"grace"|"ended"|"unclaimed", "leases": n,
-//                  "containers": n, "deadline": RFC 3339 or null, "deadline_in_ms": n or null,
-//                  "end_reason": "..." (ended only)}],
+//                  "containers": n, "networks": n, "volumes": n,
+//                  "deadline": RFC 3339 or null, "deadline_in_ms": n or null,
+//                  "end_reason": "..." (ended only), "proxy": bool (a lease of it came with a
+//                  labelling proxy), "containers_labelled", "networks_labelled",
+//                  "volumes_labelled": n (what its proxies labelled; proxy only)}],
 //    "tracked_containers": n, "pending_reaps": n,
 //    "pending": [{"container", "name", "session", "reason", "failures", "in_flight"}],
+//    "tracked_networks": n, "tracked_volumes": n,     (session-owned)
+//    "pending_network_reaps": n, "pending_volume_reaps": n,
+//    "pending_objects": [{"kind": "network"|"volume", "id", "name", "session", "failures",
+//                         "in_flight"}],
 //    "counters": {"reaps_done", "reaps_failed", "engine_reconnects", "log_bytes_dropped",
+//                 "networks_reaped", "volumes_reaped",
 //                 "actions": {"<kind>": n},
 //                 "guard": {"<outcome>": n}}}   (guard.hpp: what the door made of each call)
 // A session's deadline: grace -> when it ends; ended -> when its tombstone expires;
@@ -71,14 +79,22 @@ public:
     void request_stop();    // thread-safe, like SIGTERM
     void request_reload();  // thread-safe, like SIGHUP
 
-    // ControlHandler: thread-safe; each call is posted to the loop.
+    // ControlHandler: thread-safe; each call is posted to the loop (end, session and orphan
+    // wait for its answer).
     void lease_opened(const std::string& session, std::uint64_t connection_id) override;
     void lease_closed(const std::string& session, std::uint64_t connection_id) override;
-    void end_session(const std::string& session) override;
+    void proxy_reported(const std::string& session, std::uint64_t connection_id,
+                        const ProxyReport& report) override;
+    // Ends the session and queues its reaps at once, so the reply can say how many.
+    reaper::control::Reply end_session(const std::string& session) override;
+    // What is left of the session: its containers (known or pending a reap), networks and
+    // volumes; `ready` once the engine was listed, so that 0 means gone.
+    reaper::control::Reply session_report(const std::string& session) override;
     // Pins the report on the calling thread (an inspect: a name or id prefix becomes the full
     // id, checked for ownership and for `session`; throws Refused naming the problem), then
     // queues the reap of that id on the loop. Every attempt acts on that id only.
-    void orphan_reported(const std::string& container, const std::string& session) override;
+    reaper::control::Reply orphan_reported(const std::string& container,
+                                           const std::string& session) override;
     std::string status_json() override;
     std::string metrics_text() override;
 
@@ -98,10 +114,12 @@ private:
 
     void on_watch(const WatchEvent& event, TimePoint now);
     void on_reap_result(const ReapResult& result, TimePoint now);
+    void on_object_result(const ObjectRef& object, const GuardResult& result, TimePoint now);
     struct PinnedOrphan {
         std::string container;  // the full id
         std::string name;
         std::string session;  // its session label's value (as reported, if not inspected yet)
+        bool inspected = false;  // false: a full id queued while the engine did not answer
     };
     PinnedOrphan pin_orphan(const std::string& reference, const std::string& session);
     void queue_orphan(const PinnedOrphan& orphan, TimePoint now);

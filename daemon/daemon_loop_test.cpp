@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -345,10 +346,178 @@ BOOST_AUTO_TEST_CASE(a_reap_for_a_session_alive_again_waits_for_its_next_end) {
     r.daemon.end_session("doomed");
     BOOST_TEST(Running::wait([&] { return r.counter("reaps_failed") >= 1; }));
     r.daemon.lease_opened("doomed", 7);
+    // The faults stay until the door has refused an attempt made after the lease: one made
+    // before it (for a session still ended) may be in flight meanwhile, and must fail.
+    BOOST_TEST(Running::wait([&] {
+        return r.status()->getObject("counters")->getObject("guard")->optValue<int>("refused_session_alive", 0) >= 1;
+    }));
     engine.clear_faults();
     BOOST_TEST(Running::wait([&] { return r.status()->getValue<int>("pending_reaps") == 0; }));
     BOOST_TEST(engine.exists("c"));
     BOOST_TEST(r.status()->getObject("counters")->getObject("guard")->getValue<int>("refused_session_alive") >= 1);
     r.daemon.lease_closed("doomed", 7);  // lease_grace 100ms, then it ends again
     BOOST_TEST(Running::wait([&] { return !engine.exists("c"); }));
+}
+
+// The loop's own metrics: sessions ended by reason, each reap's latency from its end, the
+// engine's last sync, and state saves that fail (the state dir replaced by a file).
+BOOST_AUTO_TEST_CASE(metrics_count_ends_by_reason_reap_latency_syncs_and_failed_saves) {
+    TempDir dir;
+    FakeEngine engine;
+    engine.add("c", doomed);
+    engine.add("a", alive);
+    const auto before = Clock::now();
+    Running r(fast_config(dir.path), engine);
+    const auto value = [&](const std::string& line_start) -> std::string {
+        const std::string text = r.daemon.metrics_text();
+        const auto at = text.find("\n" + line_start + " ");
+        if (at == std::string::npos) return "";
+        const auto start = at + line_start.size() + 2;
+        return text.substr(start, text.find('\n', start) - start);
+    };
+    const double synced = std::stod(value("reaperd_engine_last_sync_timestamp_seconds"));
+    BOOST_TEST(synced >= std::chrono::duration<double>(before.time_since_epoch()).count() - 0.001);
+    BOOST_TEST(value("reaperd_state_save_failures_total") == "0");
+
+    fs::remove_all(dir.path);
+    std::ofstream(dir.path) << "not a directory\n";
+    r.daemon.end_session("doomed");
+    BOOST_TEST(Running::wait([&] { return !engine.exists("c"); }));
+    r.daemon.lease_opened("alive", 1);
+    r.daemon.lease_closed("alive", 1);  // lease_grace 100ms
+    BOOST_TEST(Running::wait([&] { return !engine.exists("a"); }));
+    BOOST_TEST(Running::wait([&] { return value("reaperd_reaps_total") == "2"; }));
+    BOOST_TEST(value("reaperd_reap_latency_seconds_count") == "2");
+    BOOST_TEST(value("reaperd_reap_latency_seconds_bucket{le=\"+Inf\"}") == "2");
+    BOOST_TEST(value("reaperd_reap_latency_seconds_bucket{le=\"5\"}") == "2");  // fake: at once
+    BOOST_TEST(value("reaperd_sessions_ended_total{reason=\"end\"}") == "1");
+    BOOST_TEST(value("reaperd_sessions_ended_total{reason=\"lease_expired\"}") == "1");
+    BOOST_TEST(std::stoul(value("reaperd_state_save_failures_total")) >= 1u);
+    fs::remove(dir.path);
+    fs::create_directory(dir.path);  // the stop's save succeeds again
+}
+
+// ---- networks and volumes -------------------------------------------------------------------
+
+namespace {
+int status_int(Running& r, const std::string& key) { return r.status()->getValue<int>(key); }
+}  // namespace
+
+// An ended session's networks and volume go once its containers are gone, through faults
+// (attached, in use, 500); an unlabeled network and volume and a leased session's network are
+// never touched. Counted in status.
+BOOST_AUTO_TEST_CASE(an_ended_sessions_networks_and_volumes_go_after_its_containers) {
+    TempDir dir;
+    FakeEngine engine;
+    const std::string attached(64, 'a'), loose(64, 'b'), plain(64, 'c'), theirs(64, 'd');
+    engine.add("c1", doomed);
+    engine.add("c2", doomed);
+    engine.add_network(attached, doomed, {"c1"});
+    engine.add_network(loose, doomed);
+    engine.add_volume("data", doomed, /*in_use=*/true);
+    engine.add_network(plain, unlabeled);
+    engine.add_volume("plain", {});
+    engine.add_network(theirs, alive);
+    engine.fail("remove_network", loose, {test::server_error(), test::server_error()});
+    Running r(fast_config(dir.path), engine);
+    BOOST_TEST(Running::wait([&] { return status_int(r, "tracked_networks") == 3; }));
+    BOOST_TEST(status_int(r, "tracked_volumes") == 1);
+    r.daemon.lease_opened("alive", 1);
+    r.daemon.end_session("doomed");
+    BOOST_TEST(Running::wait([&] { return !engine.exists("c1") && !engine.exists("c2"); }));
+    // The container is gone, but the engine still says the network is attached (a container
+    // of nobody's joined it), and the volume is in use: failures, retried.
+    BOOST_TEST(Running::wait([&] { return r.counter("reaps_failed") >= 3; }));
+    BOOST_TEST(engine.has_network(attached));
+    BOOST_TEST(status_int(r, "pending_network_reaps") >= 1);
+    engine.detach_all(attached);
+    engine.set_volume_in_use("data", false);
+    BOOST_TEST(Running::wait([&] {
+        return !engine.has_network(attached) && !engine.has_network(loose) && !engine.has_volume("data");
+    }));
+    BOOST_TEST(Running::wait([&] {
+        return status_int(r, "pending_network_reaps") == 0 && status_int(r, "pending_volume_reaps") == 0;
+    }));
+    BOOST_TEST(r.counter("networks_reaped") == 2u);
+    BOOST_TEST(r.counter("volumes_reaped") == 1u);
+    BOOST_TEST(engine.has_network(plain));
+    BOOST_TEST(engine.has_volume("plain"));
+    BOOST_TEST(engine.has_network(theirs));
+    BOOST_TEST(never_touched(engine, {plain, "plain", theirs}));
+    BOOST_TEST(r.daemon.metrics_text().find("reaperd_networks_reaped_total 2\n") != std::string::npos);
+    BOOST_TEST(r.stop() == 0);
+}
+
+// Every removal's order: no network or volume call while a container of the session exists.
+BOOST_AUTO_TEST_CASE(no_network_or_volume_call_while_a_container_of_the_session_remains) {
+    TempDir dir;
+    FakeEngine engine;
+    const std::string net(64, 'e');
+    engine.add("c", doomed);
+    engine.add_network(net, doomed);
+    engine.add_volume("data", doomed);
+    engine.fail("remove", "c", std::vector<Fault>(1000, test::server_error()));
+    Running r(fast_config(dir.path), engine);
+    r.daemon.end_session("doomed");
+    BOOST_TEST(Running::wait([&] { return r.counter("reaps_failed") >= 3; }));
+    BOOST_TEST(engine.calls("inspect_network") == 0);
+    BOOST_TEST(engine.calls("inspect_volume") == 0);
+    BOOST_TEST(never_touched(engine, {net, "data"}));
+    engine.clear_faults();
+    BOOST_TEST(Running::wait([&] { return !engine.has_network(net) && !engine.has_volume("data"); }));
+    BOOST_TEST(!engine.exists("c"));
+}
+
+// A session that only made a volume; its lease drops and lease_grace passes. Dry run first:
+// said once, nothing done.
+BOOST_AUTO_TEST_CASE(a_lease_dropped_takes_a_volume_only_session_and_dry_run_only_says_so) {
+    TempDir dir;
+    FakeEngine engine;
+    engine.add_volume("only", doomed);
+    Config config = fast_config(dir.path);
+    config.reaper.dry_run = true;
+    {
+        Running r(config, engine);
+        r.daemon.lease_opened("doomed", 1);
+        r.daemon.lease_closed("doomed", 1);
+        BOOST_TEST(Running::wait([&] {
+            auto actions = r.status()->getObject("counters")->getObject("actions");
+            return actions->has("would_reap") && actions->getValue<int>("would_reap") == 1;
+        }));
+        std::this_thread::sleep_for(200ms);
+        auto actions = r.status()->getObject("counters")->getObject("actions");
+        BOOST_TEST(actions->getValue<int>("would_reap") == 1);  // once
+        BOOST_TEST(engine.has_volume("only"));
+        BOOST_TEST(engine.destructive_calls().empty());
+    }
+    // Restarted without dry run (a new client: the old one closed with its daemon): the
+    // tombstone was saved, and the list finds the volume again.
+    FakeEngine again;
+    again.add_volume("only", doomed);
+    Running r(fast_config(dir.path), again);
+    BOOST_TEST(Running::wait([&] { return !again.has_volume("only"); }));
+    BOOST_TEST(r.counter("volumes_reaped") == 1u);
+}
+
+// A volume name reused by a live session's volume (behind reaperd's back, no events) after the
+// list: the door refuses, and it is not queued again and again.
+BOOST_AUTO_TEST_CASE(a_volume_name_taken_by_a_live_session_is_refused_once_and_left_alone) {
+    TempDir dir;
+    FakeEngine engine;
+    engine.add_volume("data", doomed);
+    engine.fail("inspect_volume", "data", std::vector<Fault>(1000, test::server_error()));
+    Running r(fast_config(dir.path), engine);
+    r.daemon.lease_opened("alive", 1);
+    r.daemon.end_session("doomed");
+    BOOST_TEST(Running::wait([&] { return r.counter("reaps_failed") >= 1; }));
+    engine.replace_volume_silently("data", alive);
+    engine.clear_faults();
+    BOOST_TEST(Running::wait([&] {
+        return r.status()->getObject("counters")->getObject("guard")->has("refused_other_session");
+    }));
+    std::this_thread::sleep_for(300ms);
+    BOOST_TEST(r.status()->getObject("counters")->getObject("guard")->getValue<int>("refused_other_session") == 1);
+    BOOST_TEST(status_int(r, "pending_volume_reaps") == 0);
+    BOOST_TEST(engine.has_volume("data"));
+    BOOST_TEST(engine.destructive_calls().empty());
 }

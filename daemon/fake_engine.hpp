@@ -1,4 +1,5 @@
-// A scripted, in-memory Engine for the daemon's unit tests: containers live in a map,
+// A scripted, in-memory Engine for the daemon's unit tests: containers (and networks and
+// volumes) live in maps,
 // faults are queued per call and container (409, 500, removal in progress, timeout,
 // unreachable), and event streams are fed by the test (and can be broken). Every
 // destructive call is recorded so tests can assert what was, and was never, touched.
@@ -6,6 +7,7 @@
 
 #include <reaper/engine.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -74,6 +76,15 @@ public:
         std::deque<reaper::Event> queue_;
         bool cancelled_ = false;
         bool broken_ = false;
+        reaper::Filters filters_;  // "type" and "event" are applied, as the engine does
+        bool wants(const reaper::Event& event) const {
+            for (const auto& [key, values] : filters_) {
+                if (key != "type" && key != "event") continue;
+                const std::string& value = key == "type" ? event.type : event.action;
+                if (std::find(values.begin(), values.end(), value) == values.end()) return false;
+            }
+            return true;
+        }
     };
 
     ~FakeEngine() override { close(); }
@@ -117,10 +128,57 @@ public:
         std::lock_guard lock(mutex_);
         containers_.erase(id);
     }
-    void drop(const std::string& id) {
+    // `action`: Docker's "destroy", or Podman's "remove".
+    void drop(const std::string& id, const std::string& action = "destroy") {
         std::lock_guard lock(mutex_);
         containers_.erase(id);
-        broadcast({"container", "destroy", id, {}, 0});
+        broadcast({"container", action, id, {}, 0});
+    }
+    // Adds a network (its name "net-<id>" unless given), attached to `containers`, and sends
+    // its create event. A remove is refused while any container is attached (Docker's 403).
+    void add_network(const std::string& id, reaper::Labels labels,
+                     std::vector<std::string> containers = {}, const std::string& name = "") {
+        std::lock_guard lock(mutex_);
+        reaper::NetworkInfo n;
+        n.id = id;
+        n.name = name.empty() ? "net-" + id : name;
+        n.driver = "bridge";
+        n.labels = std::move(labels);
+        n.containers = std::move(containers);
+        networks_[id] = n;
+        broadcast({"network", "create", id, {}, 0});
+    }
+    void detach_all(const std::string& network) {
+        std::lock_guard lock(mutex_);
+        networks_.at(network).containers.clear();
+    }
+    // Adds a volume and sends its create event; `in_use` makes a remove answer 409.
+    void add_volume(const std::string& name, reaper::Labels labels, bool in_use = false) {
+        std::lock_guard lock(mutex_);
+        reaper::VolumeInfo v;
+        v.name = name;
+        v.driver = "local";
+        v.labels = std::move(labels);
+        volumes_[name] = v;
+        if (in_use) volumes_in_use_.insert(name); else volumes_in_use_.erase(name);
+        broadcast({"volume", "create", name, {}, 0});
+    }
+    void set_volume_in_use(const std::string& name, bool in_use) {
+        std::lock_guard lock(mutex_);
+        if (in_use) volumes_in_use_.insert(name); else volumes_in_use_.erase(name);
+    }
+    // Replaces a volume behind reaperd's back (no events): a reused name.
+    void replace_volume_silently(const std::string& name, reaper::Labels labels) {
+        std::lock_guard lock(mutex_);
+        volumes_[name].labels = std::move(labels);
+    }
+    bool has_network(const std::string& id) const {
+        std::lock_guard lock(mutex_);
+        return networks_.count(id) > 0;
+    }
+    bool has_volume(const std::string& name) const {
+        std::lock_guard lock(mutex_);
+        return volumes_.count(name) > 0;
     }
     // The next calls of `op` ("inspect", "remove", "list", "events", "ping") on `id` ("" =
     // any) fail with these faults, in order.
@@ -155,7 +213,8 @@ public:
         std::lock_guard lock(mutex_);
         return removed_;
     }
-    // Every destructive call (remove/stop/kill) ever made, by id, successful or not.
+    // Every destructive call (remove/stop/kill, and network and volume removes) ever made,
+    // by id (a volume by name), successful or not.
     std::vector<std::string> destructive_calls() const {
         std::lock_guard lock(mutex_);
         return destructive_calls_;
@@ -237,12 +296,72 @@ public:
         return 0;
     }
     void import_image(std::istream&, const std::string&) override {}
-    std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions&) override {
+    std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions& options) override {
         std::lock_guard lock(mutex_);
         check_locked("events", "");
         auto stream = std::make_unique<Stream>(*this);
+        stream->filters_ = options.filters;
         streams_.insert(stream.get());
         return stream;
+    }
+    // Networks and volumes: ops "list_networks", "inspect_network", "remove_network",
+    // "list_volumes", "inspect_volume", "remove_volume" for fail(). Filters are ignored.
+    std::vector<reaper::NetworkInfo> list_networks(const reaper::Filters&) override {
+        std::lock_guard lock(mutex_);
+        check_locked("list_networks", "");
+        std::vector<reaper::NetworkInfo> out;
+        for (const auto& [id, n] : networks_) {
+            out.push_back(n);
+            out.back().containers.clear();  // as the engine's list
+        }
+        return out;
+    }
+    // Resolves as the engine does: the full id, a name, or an id prefix.
+    reaper::NetworkInfo inspect_network(const std::string& reference) override {
+        std::lock_guard lock(mutex_);
+        check_locked("inspect_network", reference);
+        if (auto it = networks_.find(reference); it != networks_.end()) return it->second;
+        for (const auto& [id, n] : networks_)
+            if (n.name == reference || id.rfind(reference, 0) == 0) return n;
+        throw reaper::NotFound(404, "network " + reference + " not found", reference);
+    }
+    void remove_network(const std::string& id) override {
+        std::lock_guard lock(mutex_);
+        destructive_calls_.push_back(id);
+        check_locked("remove_network", id);
+        auto it = networks_.find(id);
+        if (it == networks_.end()) throw reaper::NotFound(404, "network " + id + " not found", id);
+        if (!it->second.containers.empty())
+            throw reaper::BadRequest(403, "error while removing network: network " + it->second.name +
+                                              " id " + id + " has active endpoints", id);
+        networks_.erase(it);
+        removed_.push_back(id);
+        broadcast({"network", "destroy", id, {}, 0});
+    }
+    std::vector<reaper::VolumeInfo> list_volumes(const reaper::Filters&) override {
+        std::lock_guard lock(mutex_);
+        check_locked("list_volumes", "");
+        std::vector<reaper::VolumeInfo> out;
+        for (const auto& [name, v] : volumes_) out.push_back(v);
+        return out;
+    }
+    reaper::VolumeInfo inspect_volume(const std::string& name) override {
+        std::lock_guard lock(mutex_);
+        check_locked("inspect_volume", name);
+        if (auto it = volumes_.find(name); it != volumes_.end()) return it->second;
+        throw reaper::NotFound(404, "get " + name + ": no such volume", name);
+    }
+    void remove_volume(const std::string& name) override {
+        std::lock_guard lock(mutex_);
+        destructive_calls_.push_back(name);
+        check_locked("remove_volume", name);
+        auto it = volumes_.find(name);
+        if (it == volumes_.end()) throw reaper::NotFound(404, "get " + name + ": no such volume", name);
+        if (volumes_in_use_.count(name))
+            throw reaper::Conflict(409, "remove " + name + ": volume is in use - [abc]", name);
+        volumes_.erase(it);
+        removed_.push_back(name);
+        broadcast({"volume", "destroy", name, {}, 0});
     }
     void close() noexcept override {
         std::lock_guard lock(mutex_);
@@ -252,7 +371,8 @@ public:
 
 private:
     void broadcast(const reaper::Event& event) {
-        for (auto* s : streams_) s->queue_.push_back(event);
+        for (auto* s : streams_)
+            if (s->wants(event)) s->queue_.push_back(event);
         changed_.notify_all();
     }
     void check(const std::string& op, const std::string& id) {
@@ -280,6 +400,9 @@ private:
     mutable std::mutex mutex_;
     std::condition_variable changed_;
     std::map<std::string, reaper::ContainerInfo> containers_;
+    std::map<std::string, reaper::NetworkInfo> networks_;
+    std::map<std::string, reaper::VolumeInfo> volumes_;
+    std::set<std::string> volumes_in_use_;
     std::map<std::string, std::deque<Fault>> faults_;
     std::set<Stream*> streams_;
     std::vector<std::string> removed_;

@@ -16,11 +16,13 @@ bool removal_in_progress(const reaper::EngineError& e) {
 
 std::string short_id(const std::string& id) { return id.substr(0, 12); }
 
-std::string refusal_text(Outcome outcome, const GuardRequest& request, const GuardResult& result,
+// `reference`: what the caller named; `kind`: "container", "network", "volume".
+std::string refusal_text(Outcome outcome, const std::string& reference, std::string_view kind,
+                         const Expectation& expect, const GuardResult& result,
                          const GuardConfig& config) {
     switch (outcome) {
         case Outcome::refused_not_pinned:
-            return "\"" + request.container + "\" is not the full id of the container it names";
+            return "\"" + reference + "\" is not the full id of the " + std::string(kind) + " it names";
         case Outcome::refused_not_owned: {
             std::string keys;
             for (const auto& key : config.labels) keys += (keys.empty() ? "" : ", ") + key;
@@ -28,7 +30,7 @@ std::string refusal_text(Outcome outcome, const GuardRequest& request, const Gua
         }
         case Outcome::refused_other_session:
             return "it belongs to session " + result.session.value_or("") + ", not " +
-                   request.expect.session.value_or("");
+                   expect.session.value_or("");
         case Outcome::refused_session_alive:
             return "its session " + result.session.value_or("") + " is alive";
         default: return std::string(to_string(outcome));
@@ -48,6 +50,22 @@ std::string_view to_string(ContainerAct act) noexcept {
         case ContainerAct::kill: return "kill";
     }
     return "remove";
+}
+
+std::string_view to_string(ObjectKind kind) noexcept {
+    switch (kind) {
+        case ObjectKind::network: return "network";
+        case ObjectKind::volume: return "volume";
+    }
+    return "network";
+}
+
+InspectedObject InspectedObject::of(const reaper::NetworkInfo& network) {
+    return {network.id, network.name, network.labels, network.containers.size()};
+}
+
+InspectedObject InspectedObject::of(const reaper::VolumeInfo& volume) {
+    return {volume.name, volume.name, volume.labels, 0};
 }
 
 std::string_view to_string(Outcome outcome) noexcept {
@@ -105,6 +123,34 @@ Outcome judge(const std::optional<reaper::ContainerInfo>& inspected, const Guard
     return Outcome::acted;
 }
 
+Outcome judge(const std::optional<InspectedObject>& inspected, const ObjectRequest& request,
+              const GuardConfig& config) {
+    if (!inspected) return Outcome::gone;
+    // The engine resolves a network's name and id prefixes too: only its full id pins it.
+    // A volume has no other id than its name, looked up exactly.
+    if (request.object.kind == ObjectKind::network && !is_full_container_id(request.object.id))
+        return Outcome::refused_not_pinned;
+    if (inspected->id != request.object.id) return Outcome::refused_not_pinned;
+    if (auto refusal = ownership_refusal(inspected->labels, config, request.expect.session))
+        return *refusal;
+    if (request.expect.session_alive) return Outcome::refused_session_alive;
+    if (inspected->attached > 0) return Outcome::failed;
+    if (config.dry_run) return Outcome::dry_run;
+    return Outcome::acted;
+}
+
+std::vector<LogField> object_fields(const ObjectRef& object, const std::string& name) {
+    if (object.kind == ObjectKind::volume) return {{"VOLUME_NAME", object.id}};
+    std::vector<LogField> fields{{"NETWORK_ID", object.id}};
+    if (!name.empty()) fields.push_back({"NETWORK_NAME", name});
+    return fields;
+}
+
+std::string describe(const ObjectRef& object, const std::string& name) {
+    if (object.kind == ObjectKind::volume) return "volume " + object.id;
+    return "network " + (name.empty() ? object.id : name + " (" + short_id(object.id) + ")");
+}
+
 bool is_full_container_id(std::string_view reference) noexcept {
     return reference.size() == 64 && std::all_of(reference.begin(), reference.end(), [](char c) {
                return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -158,6 +204,8 @@ GuardResult Guard::act(const GuardRequest& request) {
             // nullopt: judge() makes it `gone`.
         }
         result.outcome = judge(inspected, request, *config);
+        if (result.outcome == Outcome::acted && came_alive(request.expect))
+            result.outcome = Outcome::refused_session_alive;
         if (result.outcome == Outcome::acted) call(inspected->id, request);
     } catch (const reaper::NotFound&) {
         result.outcome = Outcome::gone;
@@ -169,6 +217,49 @@ GuardResult Guard::act(const GuardRequest& request) {
             result.outcome = Outcome::failed;
             result.error = describe(e);
         }
+    } catch (const std::exception& e) {
+        result.outcome = Outcome::failed;
+        result.error = e.what();
+    }
+    counts_[static_cast<std::size_t>(result.outcome)]++;
+    record(request, result, *config);
+    return result;
+}
+
+GuardResult Guard::act(const ObjectRequest& request) {
+    const auto config = this->config();
+    const ObjectRef& object = request.object;
+    GuardResult result;
+    try {
+        std::optional<InspectedObject> inspected;
+        try {
+            inspected = object.kind == ObjectKind::network
+                            ? InspectedObject::of(engine_.inspect_network(object.id))
+                            : InspectedObject::of(engine_.inspect_volume(object.id));
+            result.name = inspected->name;
+            result.session = owning_session(inspected->labels, config->labels);
+        } catch (const reaper::NotFound&) {
+            // nullopt: judge() makes it `gone`.
+        }
+        result.outcome = judge(inspected, request, *config);
+        if (result.outcome == Outcome::acted && came_alive(request.expect))
+            result.outcome = Outcome::refused_session_alive;
+        if (result.outcome == Outcome::acted) {
+            if (object.kind == ObjectKind::network)
+                engine_.remove_network(inspected->id);
+            else
+                engine_.remove_volume(inspected->id);
+        } else if (result.outcome == Outcome::failed) {
+            result.error = "still attached to " + std::to_string(inspected->attached) + " container" +
+                           (inspected->attached == 1 ? "" : "s");
+        }
+    } catch (const reaper::NotFound&) {
+        result.outcome = Outcome::gone;
+    } catch (const reaper::EngineError& e) {
+        // In use (a network's active endpoints: 403; a volume in use: 409) is a failure like
+        // any other: retried with backoff until whatever holds it is gone.
+        result.outcome = Outcome::failed;
+        result.error = describe(e);
     } catch (const std::exception& e) {
         result.outcome = Outcome::failed;
         result.error = e.what();
@@ -203,13 +294,58 @@ void Guard::record(const GuardRequest& request, const GuardResult& result, const
         fields.push_back({"REFUSAL", std::string(to_string(result.outcome))});
         sink_(Priority::warning, {},
               "not going to " + act + " " + subject + ": " +
-                  refusal_text(result.outcome, request, result, config) + "; left alone",
+                  refusal_text(result.outcome, request.container, "container", request.expect, result,
+                               config) +
+                  "; left alone",
               std::move(fields));
     } else {
         fields.push_back({"ACTION", "would-" + act});  // as the capper's own dry-run records
         sink_(Priority::notice, message_id::would_reap, "dry run: would " + act + " " + subject,
               std::move(fields));
     }
+}
+
+void Guard::record(const ObjectRequest& request, const GuardResult& result, const GuardConfig& config) {
+    const bool refused = is_refusal(result.outcome);
+    if (!refused && result.outcome != Outcome::dry_run) return;
+    const ObjectRef& object = request.object;
+    std::string subject = describe(object, result.name);
+    auto fields = object_fields(object, result.name);
+    if (result.session) fields.push_back({"SESSION_ID", *result.session});
+    if (!request.reason.empty()) fields.push_back({"REASON", request.reason});
+    if (refused) {
+        fields.push_back({"ACTION", "refused"});
+        fields.push_back({"REFUSAL", std::string(to_string(result.outcome))});
+        sink_(Priority::warning, {},
+              "not going to remove " + subject + ": " +
+                  refusal_text(result.outcome, object.id, to_string(object.kind), request.expect, result,
+                               config) +
+                  "; left alone",
+              std::move(fields));
+    } else {
+        fields.push_back({"ACTION", "would-remove"});
+        sink_(Priority::notice, message_id::would_reap, "dry run: would remove " + subject,
+              std::move(fields));
+    }
+}
+
+void Guard::lease_opening(const std::string& session) {
+    std::lock_guard lock(mutex_);
+    ++leases_opened_[session];
+}
+
+void Guard::forget_session(const std::string& session) {
+    std::lock_guard lock(mutex_);
+    leases_opened_.erase(session);
+}
+
+bool Guard::came_alive(const Expectation& expect) const {
+    if (!expect.leases_opened || !expect.session) return false;
+    std::lock_guard lock(mutex_);
+    auto it = leases_opened_.find(*expect.session);
+    // More, not different: a count the door forgot (forget_session racing a new lease) reads
+    // as 0 and must not stop the reaps of a session that is not alive.
+    return it != leases_opened_.end() && it->second > *expect.leases_opened;
 }
 
 std::map<std::string, std::uint64_t> Guard::counts() const {

@@ -1,14 +1,17 @@
-// The one door through which reaperd stops, kills or removes a container. The reaper, the
-// log capper and anything added later call Guard::act(); nothing else in reaperd sends a
-// destructive call to the engine (README, "What can remove a container").
+// The one door through which reaperd stops, kills or removes a container, and removes a
+// network or a volume. The reaper, the log capper and anything added later call
+// Guard::act(); nothing else in reaperd sends a destructive call to the engine (README,
+// "What can remove a container").
 //
 // What the door guarantees, for every call:
-// - A fresh inspect of the container by the full id the caller pinned; a name or an id
-//   prefix is refused (a name can be reused by another container at any time).
-// - The container carries a label in sessions.labels of the config the daemon's loop last
+// - A fresh inspect of the container (network, volume) by the full id the caller pinned; a
+//   name or an id prefix is refused (a name can be reused by another container at any
+//   time). A volume's name is its only id: it is pinned by that exact name.
+// - It carries a label in sessions.labels of the config the daemon's loop last
 //   installed (configure(); a reload reaches every caller at once, as they share the door).
-// - When the caller names a session, the container's session label equals it.
-// - When the caller says the container's session is alive, nothing is done.
+// - When the caller names a session, its session label equals it.
+// - When the caller says its session is alive, nothing is done.
+// - A network with containers still attached is not removed (a failure, retried).
 // - reaper.dry_run: logged and counted, no call.
 // - Only then the call, by the inspected full id.
 // Every outcome is a value (Outcome); refusals and dry runs are logged here, once, so
@@ -55,6 +58,19 @@ struct GuardConfig {
 enum class ContainerAct { remove, stop, kill };
 std::string_view to_string(ContainerAct act) noexcept;  // "remove", "stop", "kill"
 
+// What the door removes besides containers: a session's labelled networks and volumes.
+enum class ObjectKind { network, volume };
+std::string_view to_string(ObjectKind kind) noexcept;  // "network", "volume"
+
+// A network or a volume, by what pins it: a network's full id, a volume's name (its only id;
+// the engine resolves nothing else for volumes).
+struct ObjectRef {
+    ObjectKind kind = ObjectKind::network;
+    std::string id;
+
+    friend auto operator<=>(const ObjectRef&, const ObjectRef&) = default;
+};
+
 // What the caller knows about the container it means to act on.
 struct Expectation {
     // The container's session label must have this value (an orphan report's --session, a
@@ -62,6 +78,12 @@ struct Expectation {
     std::optional<std::string> session;
     // The caller knows the session is alive (leased, or in its lease grace): refuse.
     bool session_alive = false;
+    // For an act because `session` ended: the leases opened on it that the caller had seen
+    // when it judged the session not alive. The door counts lease opens as the control
+    // server accepts them (Guard::lease_opening), before the loop hears of them; if it has
+    // counted more by the time it would act, the session came alive meanwhile: refuse. A
+    // removal already sent when the lease comes is not undone (nothing can undo it).
+    std::optional<std::uint64_t> leases_opened;
 
     friend bool operator==(const Expectation&, const Expectation&) = default;
 };
@@ -74,6 +96,23 @@ struct GuardRequest {
     std::chrono::seconds stop_grace{10};  // stop: how long before the engine kills
 };
 
+struct ObjectRequest {  // remove a network or a volume
+    ObjectRef object;     // pinned when the caller first learned of it (a list or an event)
+    Expectation expect;
+    std::string reason;   // "session_ended": logs
+};
+
+// A fresh inspect of a network or volume, as the door judges it.
+struct InspectedObject {
+    std::string id;  // a network's full id; a volume's name
+    std::string name;
+    reaper::Labels labels;
+    std::size_t attached = 0;  // a network's attached containers: the engine would refuse
+
+    static InspectedObject of(const reaper::NetworkInfo& network);
+    static InspectedObject of(const reaper::VolumeInfo& volume);
+};
+
 enum class Outcome {
     acted,                  // the call was sent and succeeded (judge(): send it)
     gone,                   // 404 at inspect or at the call: nothing to do any more
@@ -84,7 +123,8 @@ enum class Outcome {
     refused_other_session,  // its session label names another session than expected
     refused_session_alive,  // the caller says its session is alive
     dry_run,                // would have acted; reaper.dry_run is on
-    failed,                 // the inspect or the call failed: retry later
+    failed,                 // the inspect or the call failed, or a network still has
+                            // containers attached: retry later
 };
 inline constexpr std::size_t outcome_count = 10;
 std::string_view to_string(Outcome outcome) noexcept;  // "acted", "refused_not_owned", ...
@@ -115,6 +155,16 @@ std::optional<Outcome> ownership_refusal(const reaper::Labels& labels, const Gua
 Outcome judge(const std::optional<reaper::ContainerInfo>& inspected, const GuardRequest& request,
               const GuardConfig& config);
 
+// The same decision for a network or volume: pinned (a network by its full id, a volume by
+// its exact name), owned, of the expected session, not alive, no container attached, dry run.
+Outcome judge(const std::optional<InspectedObject>& inspected, const ObjectRequest& request,
+              const GuardConfig& config);
+
+// The journal fields naming a network (NETWORK_ID, NETWORK_NAME) or volume (VOLUME_NAME).
+std::vector<LogField> object_fields(const ObjectRef& object, const std::string& name);
+// "network web_default (0123456789ab)", "volume data": for messages.
+std::string describe(const ObjectRef& object, const std::string& name);
+
 // True for the engine's full container id: 64 lowercase hex digits. Only such an id pins
 // one container: the engine also resolves names and unique id prefixes.
 bool is_full_container_id(std::string_view reference) noexcept;
@@ -135,6 +185,14 @@ public:
 
     // Inspects, judges and, only when judge() says so, sends the call. Never throws.
     GuardResult act(const GuardRequest& request);
+    // The same for a network or volume: inspect, judge, remove by the inspected id.
+    GuardResult act(const ObjectRequest& request);
+
+    // A lease on `session` is being opened (called by the control server's thread before the
+    // lease is acknowledged, and before the loop learns of it). Thread-safe.
+    void lease_opening(const std::string& session);
+    // The loop forgot `session` (an expired tombstone, an idle record): so does the door.
+    void forget_session(const std::string& session);
 
     // How many acts ended in each outcome since the door was made; only non-zero ones.
     std::map<std::string, std::uint64_t> counts() const;
@@ -143,11 +201,15 @@ private:
     static LogSink default_sink();
     void call(const std::string& id, const GuardRequest& request);
     void record(const GuardRequest& request, const GuardResult& result, const GuardConfig& config);
+    void record(const ObjectRequest& request, const GuardResult& result, const GuardConfig& config);
+    // True when more leases were opened on the expected session than the caller had seen.
+    bool came_alive(const Expectation& expect) const;
 
     reaper::Engine& engine_;
     LogSink sink_;
     mutable std::mutex mutex_;
     std::shared_ptr<const GuardConfig> config_;  // guarded by mutex_
+    std::map<std::string, std::uint64_t> leases_opened_;  // by session; guarded by mutex_
     std::array<std::atomic<std::uint64_t>, outcome_count> counts_{};
 };
 

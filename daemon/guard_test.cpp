@@ -203,6 +203,32 @@ BOOST_AUTO_TEST_CASE(refusals_make_no_call_and_are_logged_once_with_their_reason
     BOOST_TEST(records.with("CONTAINER_ID", full_b) == 2u);
 }
 
+// The loop judged session B ended and sent the reap to the pool; before the door acts, a
+// lease on B is accepted by the control server (the loop has not heard of it yet). The
+// reap must not go through; one the loop sent after seeing that lease, with B ended again,
+// does. (daemon_loop_test once removed a re-leased session's container in this window.)
+BOOST_AUTO_TEST_CASE(a_lease_accepted_after_the_loop_judged_is_a_refusal) {
+    FakeEngine engine;
+    Records records;
+    Guard guard(engine, default_labels, records.sink());
+    engine.add(full_b, {{"reaperd.session", "B"}});
+    engine.add(full_a, {{"reaperd.session", "A"}});
+    engine.add_volume("vol-b", {{"reaperd.session", "B"}});
+    guard.lease_opening("B");  // an earlier lease the loop had seen: leases_opened 1 below
+    guard.lease_opening("B");  // the new one, not yet seen by the loop
+    const Expectation judged_ended{"B", false, 1};
+    BOOST_TEST(to_string(guard.act(request(full_b, ContainerAct::remove, judged_ended)).outcome) ==
+               "refused_session_alive");
+    BOOST_TEST(to_string(guard.act(ObjectRequest{{ObjectKind::volume, "vol-b"}, judged_ended, "session_ended"})
+                             .outcome) == "refused_session_alive");
+    BOOST_TEST(engine.destructive_calls().empty());
+    // A session nobody leased meanwhile, and one whose count the door forgot, are reaped.
+    BOOST_TEST(to_string(guard.act(request(full_a, ContainerAct::remove, {"A", false, 0})).outcome) == "acted");
+    guard.forget_session("B");
+    BOOST_TEST(to_string(guard.act(request(full_b, ContainerAct::remove, {"B", false, 2})).outcome) == "acted");
+    BOOST_TEST(engine.destructive_calls().size() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(a_reload_reaches_the_next_act) {
     FakeEngine engine;
     Records records;
@@ -242,4 +268,149 @@ BOOST_AUTO_TEST_CASE(configure_races_with_callers) {
     reloader.join();
     BOOST_TEST(engine.destructive_calls().empty());
     BOOST_TEST(guard.counts()["dry_run"] == 800u);
+}
+
+// ---- networks and volumes: the same door ----------------------------------------------------
+
+namespace {
+
+InspectedObject network(const std::string& id, reaper::Labels labels, std::size_t attached = 0) {
+    return {id, "net", std::move(labels), attached};
+}
+InspectedObject volume(const std::string& name, reaper::Labels labels) {
+    return {name, name, std::move(labels), 0};
+}
+ObjectRequest remove_network(const std::string& id, Expectation expect = {}) {
+    return {{ObjectKind::network, id}, std::move(expect), "session_ended"};
+}
+ObjectRequest remove_volume(const std::string& name, Expectation expect = {}) {
+    return {{ObjectKind::volume, name}, std::move(expect), "session_ended"};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_decision_table_for_networks_and_volumes) {
+    const reaper::Labels of_a{{"reaperd.session", "A"}};
+    const Expectation a{"A", false};
+    struct Row {
+        const char* name;
+        std::optional<InspectedObject> inspected;
+        ObjectRequest request;
+        GuardConfig config;
+        Outcome expected;
+    } rows[] = {
+        {"owned network of the ended session", network(full_a, of_a), remove_network(full_a, a),
+         default_labels, Outcome::acted},
+        {"owned volume of the ended session", volume("data", of_a), remove_volume("data", a),
+         default_labels, Outcome::acted},
+        {"network gone (404 at inspect)", std::nullopt, remove_network(full_a, a), default_labels,
+         Outcome::gone},
+        {"volume gone", std::nullopt, remove_volume("data", a), default_labels, Outcome::gone},
+        {"unlabeled network", network(full_a, {}), remove_network(full_a, a), default_labels,
+         Outcome::refused_not_owned},
+        {"unlabeled volume", volume("data", {{"com.docker.compose.project", "x"}}),
+         remove_volume("data", a), default_labels, Outcome::refused_not_owned},
+        {"a key dropped by a reload", volume("data", of_a), remove_volume("data", a),
+         testcontainers_only, Outcome::refused_not_owned},
+        {"another key once configured", network(full_a, {{"org.testcontainers.sessionId", "A"}}),
+         remove_network(full_a, a), both_keys, Outcome::acted},
+        {"a volume name reused by another session", volume("data", {{"reaperd.session", "B"}}),
+         remove_volume("data", a), default_labels, Outcome::refused_other_session},
+        {"its session alive again", network(full_a, of_a), remove_network(full_a, {"A", true}),
+         default_labels, Outcome::refused_session_alive},
+        {"a network by name is not pinned", network(full_a, of_a), remove_network("net", a),
+         default_labels, Outcome::refused_not_pinned},
+        {"a network by id prefix is not pinned", network(full_a, of_a),
+         remove_network(full_a.substr(0, 12), a), default_labels, Outcome::refused_not_pinned},
+        {"a network id resolving to another network", network(full_b, of_a), remove_network(full_a, a),
+         default_labels, Outcome::refused_not_pinned},
+        {"a volume answering under another name", volume("data2", of_a), remove_volume("data", a),
+         default_labels, Outcome::refused_not_pinned},
+        {"a network with a container attached", network(full_a, of_a, 1), remove_network(full_a, a),
+         default_labels, Outcome::failed},
+        {"an unowned attached network is refused first", network(full_a, {}, 2),
+         remove_network(full_a, a), default_labels, Outcome::refused_not_owned},
+        {"dry run", network(full_a, of_a), remove_network(full_a, a), dry, Outcome::dry_run},
+        {"dry run refuses the unowned all the same", volume("data", {}), remove_volume("data", a), dry,
+         Outcome::refused_not_owned},
+    };
+    for (const auto& row : rows) {
+        BOOST_TEST_CONTEXT(row.name) {
+            BOOST_TEST(to_string(judge(row.inspected, row.request, row.config)) == to_string(row.expected));
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(network_and_volume_removal_under_each_injected_fault) {
+    const Fault in_use_403{reaper::EngineErrorKind::BadRequest, 403, "error while removing network: has active endpoints"};
+    const Fault in_use_409{reaper::EngineErrorKind::Conflict, 409, "remove data: volume is in use"};
+    const Fault not_found{reaper::EngineErrorKind::NotFound, 404, "not found"};
+    struct Case {
+        const char* name;
+        ObjectKind kind;
+        std::string op;
+        std::vector<Fault> faults;
+        Outcome expected;
+        bool removed;
+    } cases[] = {
+        {"network, clean", ObjectKind::network, "", {}, Outcome::acted, true},
+        {"volume, clean", ObjectKind::volume, "", {}, Outcome::acted, true},
+        {"network in use (403)", ObjectKind::network, "remove_network", {in_use_403}, Outcome::failed, false},
+        {"volume in use (409)", ObjectKind::volume, "remove_volume", {in_use_409}, Outcome::failed, false},
+        {"network 500 on inspect", ObjectKind::network, "inspect_network", {test::server_error()},
+         Outcome::failed, false},
+        {"volume timeout on remove", ObjectKind::volume, "remove_volume", {test::timeout()}, Outcome::failed,
+         false},
+        {"network 404 on remove", ObjectKind::network, "remove_network", {not_found}, Outcome::gone, false},
+        {"volume 404 on inspect", ObjectKind::volume, "inspect_volume", {not_found}, Outcome::gone, false},
+    };
+    for (const auto& c : cases) {
+        BOOST_TEST_CONTEXT(c.name) {
+            FakeEngine engine;
+            Records records;
+            Guard guard(engine, default_labels, records.sink());
+            engine.add_network(full_a, {{"reaperd.session", "s"}});
+            engine.add_volume("data", {{"reaperd.session", "s"}});
+            const std::string id = c.kind == ObjectKind::network ? full_a : "data";
+            if (!c.op.empty()) engine.fail(c.op, id, c.faults);
+            ObjectRequest request;
+            request.object = {c.kind, id};
+            request.expect.session = "s";
+            GuardResult r = guard.act(request);
+            BOOST_TEST(to_string(r.outcome) == to_string(c.expected));
+            const bool exists = c.kind == ObjectKind::network ? engine.has_network(full_a) : engine.has_volume("data");
+            BOOST_TEST(!exists == c.removed);
+            if (c.expected == Outcome::failed) BOOST_TEST(!r.error.empty());
+            BOOST_TEST(records.all.empty());
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(an_attached_network_gets_no_call_and_unowned_ones_are_refused_and_logged) {
+    FakeEngine engine;
+    Records records;
+    Guard guard(engine, default_labels, records.sink());
+    engine.add_network(full_a, {{"reaperd.session", "s"}}, {full_b});
+    engine.add_network(full_b, {});
+    engine.add_volume("plain", {});
+    engine.add_volume("theirs", {{"reaperd.session", "t"}});
+    GuardResult attached = guard.act(remove_network(full_a, {"s", false}));
+    BOOST_TEST(to_string(attached.outcome) == "failed");
+    BOOST_TEST(attached.error == "still attached to 1 container");
+    BOOST_TEST(to_string(guard.act(remove_network(full_b, {"s", false})).outcome) == "refused_not_owned");
+    BOOST_TEST(to_string(guard.act(remove_volume("plain", {"s", false})).outcome) == "refused_not_owned");
+    BOOST_TEST(to_string(guard.act(remove_volume("theirs", {"s", false})).outcome) == "refused_other_session");
+    BOOST_TEST(engine.destructive_calls().empty());
+    BOOST_TEST(records.with("ACTION", "refused") == 3u);
+    BOOST_TEST(records.with("NETWORK_ID", full_b) == 1u);
+    BOOST_TEST(records.with("VOLUME_NAME", "theirs") == 1u);
+
+    engine.detach_all(full_a);
+    guard.configure(dry);
+    BOOST_TEST(to_string(guard.act(remove_network(full_a, {"s", false})).outcome) == "dry_run");
+    BOOST_TEST(records.with("ACTION", "would-remove") == 1u);
+    BOOST_TEST(engine.destructive_calls().empty());
+    guard.configure(default_labels);
+    BOOST_TEST(to_string(guard.act(remove_network(full_a, {"s", false})).outcome) == "acted");
+    BOOST_TEST((engine.destructive_calls() == std::vector<std::string>{full_a}));
 }

@@ -29,6 +29,9 @@ inline constexpr std::string_view session_ended = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5
 inline constexpr std::string_view engine_lost = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a05";
 inline constexpr std::string_view engine_back = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a06";
 inline constexpr std::string_view would_reap = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a08";
+inline constexpr std::string_view network_reaped = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a09";
+inline constexpr std::string_view volume_reaped = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a0a";
+inline constexpr std::string_view object_reap_failed = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a0b";
 inline constexpr std::string_view engine_unsupported = "5e3d39f5a5394c3bae9f001d0ffc2d30";
 }  // namespace message_id
 

@@ -275,6 +275,12 @@ public:
     }
     void import_image(std::istream&, const std::string&) override {}
     std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions&) override { return nullptr; }
+    std::vector<reaper::NetworkInfo> list_networks(const reaper::Filters&) override { return {}; }
+    reaper::NetworkInfo inspect_network(const std::string& id) override { return {id, id, "", "", {}, {}}; }
+    void remove_network(const std::string& id) override { act("remove_network", id); }
+    std::vector<reaper::VolumeInfo> list_volumes(const reaper::Filters&) override { return {}; }
+    reaper::VolumeInfo inspect_volume(const std::string& name) override { return {name, "", "", {}}; }
+    void remove_volume(const std::string& name) override { act("remove_volume", name); }
     void close() noexcept override {}
 
 private:

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <functional>
 
 using namespace reaperd;
 using namespace std::chrono_literals;
@@ -187,12 +188,12 @@ BOOST_AUTO_TEST_CASE(each_attempt_tells_the_door_the_session_and_its_liveness) {
         std::string reason;
         Expectation expected;
     } rows[] = {
-        {"leased", "session_ended", {"leased", true}},
-        {"grace", "session_ended", {"grace", true}},
-        {"revived", "session_ended", {"revived", true}},
-        {"ended", "session_ended", {"ended", false}},
-        {"ended-while-leased", "session_ended", {"ended-while-leased", false}},
-        {"forgotten", "session_ended", {"forgotten", false}},
+        {"leased", "session_ended", {"leased", true, 1}},
+        {"grace", "session_ended", {"grace", true, 1}},
+        {"revived", "session_ended", {"revived", true, 2}},
+        {"ended", "session_ended", {"ended", false, 0}},
+        {"ended-while-leased", "session_ended", {"ended-while-leased", false, 1}},
+        {"forgotten", "session_ended", {"forgotten", false, 0}},
         {"leased", "orphan", {"leased", false}},   // its owner's own report
         {"leased", "max_age", {"leased", false}},  // its age is the reason
         {"", "orphan", {std::nullopt, false}},     // an unverified full id: the door checks
@@ -203,5 +204,232 @@ BOOST_AUTO_TEST_CASE(each_attempt_tells_the_door_the_session_and_its_liveness) {
         reap.session = row.session;
         reap.reason = row.reason;
         BOOST_TEST((expectation_for(reap, r) == row.expected), row.session << "/" << row.reason);
+    }
+}
+
+// ---- networks and volumes -------------------------------------------------------------------
+
+namespace {
+const ObjectRef net_a{ObjectKind::network, std::string(64, 'a')};
+const ObjectRef net_b{ObjectKind::network, std::string(64, 'b')};
+const ObjectRef vol_a{ObjectKind::volume, "vol-a"};
+const ObjectRef vol_b{ObjectKind::volume, "vol-b"};
+
+std::vector<ObjectRef> removed(const Decision& d) {
+    std::vector<ObjectRef> refs;
+    for (const auto& r : d.remove) refs.push_back(r.object);
+    std::sort(refs.begin(), refs.end());
+    return refs;
+}
+std::vector<ObjectRef> sorted(std::vector<ObjectRef> refs) {
+    std::sort(refs.begin(), refs.end());
+    return refs;
+}
+}  // namespace
+
+// Row by row: who owns the object, the state of its session, what of its containers is left
+// -> removed now or not.
+BOOST_AUTO_TEST_CASE(past_max_tombstones_the_oldest_idle_ones_are_evicted) {
+    Config config;
+    config.sessions.max_tombstones = 3;
+    Registry r;
+    // Ended one minute apart, in an order unlike their ids: "e0" oldest.
+    for (int i = 0; i < 6; ++i) r.end_session("e" + std::to_string(i), "end", t0 + i * 1min);
+    const TimePoint now = t0 + 10min;
+    Decision d = decide(r, config, now);
+    BOOST_TEST((d.evict == std::vector<std::string>{"e0", "e1", "e2"}));
+    BOOST_TEST(d.forget.empty());
+
+    // Never one still needed to reap something: a container, a pending reap, a network, or
+    // a pending removal keeps it (over the limit); the next oldest go instead.
+    r.upsert_container(info("c", owned("e0")), config.sessions, now);
+    r.add_pending("gone-soon", "n", "e1", "session_ended", now);
+    r.upsert_object({ObjectKind::network, "net"}, "net", owned("e2"), config.sessions, now);
+    d = decide(r, config, now);
+    BOOST_TEST((d.evict == std::vector<std::string>{"e3", "e4", "e5"}));
+
+    r.upsert_object({ObjectKind::volume, "vol"}, "vol", owned("e3"), config.sessions, now);
+    r.add_pending_object({ObjectKind::volume, "vol2"}, "vol2", "e4", now);
+    d = decide(r, config, now);
+    BOOST_TEST((d.evict == std::vector<std::string>{"e5"}));  // 5 busy, 1 idle: over, as allowed
+
+    // At or under the limit nothing is evicted.
+    config.sessions.max_tombstones = 6;
+    BOOST_TEST(decide(r, config, now).evict.empty());
+    // A live session is never a tombstone: leasing one again takes it out of the count.
+    config.sessions.max_tombstones = 5;
+    r.lease_opened("e5", 1, now);
+    BOOST_TEST(decide(r, config, now).evict.empty());
+}
+
+BOOST_AUTO_TEST_CASE(networks_and_volumes_go_once_their_ended_sessions_containers_are_gone) {
+    Config config;
+    struct Row {
+        const char* name;
+        std::function<void(Registry&)> setup;
+        reaper::Labels labels;
+        bool removed;
+    } rows[] = {
+        {"ended, no container", [](Registry& r) { r.end_session("s", "end", t0); }, owned("s"), true},
+        {"unlabeled, whatever ends", [](Registry& r) { r.end_session("s", "end", t0); },
+         {{"com.docker.compose.project", "s"}}, false},
+        {"a key not in sessions.labels", [](Registry& r) { r.end_session("s", "end", t0); },
+         {{"org.testcontainers.sessionId", "s"}}, false},
+        {"leased", [](Registry& r) { r.lease_opened("s", 1, t0); }, owned("s"), false},
+        {"in lease grace",
+         [](Registry& r) {
+             r.lease_opened("s", 1, t0);
+             r.lease_closed("s", 1, 10s, t0);
+         },
+         owned("s"), false},
+        {"never leased (unclaimed)", [](Registry&) {}, owned("s"), false},
+        {"ended, a container of it still known",
+         [](Registry& r) {
+             r.end_session("s", "end", t0);
+             r.upsert_container(info("c", owned("s")), SessionsConfig{}, t0);
+         },
+         owned("s"), false},
+        {"ended, a reap of it still pending",
+         [](Registry& r) {
+             r.end_session("s", "end", t0);
+             r.add_pending("gone-from-list", "", "s", "orphan", t0);
+         },
+         owned("s"), false},
+        {"ended, only another session's container left",
+         [](Registry& r) {
+             r.end_session("s", "end", t0);
+             r.upsert_container(info("c", owned("t")), SessionsConfig{}, t0);
+             r.lease_opened("t", 1, t0);
+         },
+         owned("s"), true},
+        {"ended and leased again (revived)",
+         [](Registry& r) {
+             r.end_session("s", "end", t0);
+             r.lease_opened("s", 1, t0);
+         },
+         owned("s"), false},
+        {"another session ended", [](Registry& r) { r.end_session("t", "end", t0); }, owned("s"), false},
+    };
+    for (const auto& row : rows) {
+        BOOST_TEST_CONTEXT(row.name) {
+            Registry r;
+            row.setup(r);
+            r.upsert_object(net_a, "net-a", row.labels, config.sessions, t0);
+            r.upsert_object(vol_a, "vol-a", row.labels, config.sessions, t0);
+            Decision d = decide(r, config, t0 + 1s);
+            auto expected = row.removed ? std::vector<ObjectRef>{net_a, vol_a} : std::vector<ObjectRef>{};
+            BOOST_TEST((removed(d) == sorted(expected)));
+            for (const auto& remove : d.remove) BOOST_TEST(remove.session == "s");
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(containers_first_then_their_networks_and_volumes) {
+    Config config;
+    Registry r;
+    r.upsert_container(info("c1", owned("s")), config.sessions, t0);
+    r.upsert_container(info("c2", owned("s")), config.sessions, t0);
+    r.upsert_object(net_a, "net-a", owned("s"), config.sessions, t0);
+    r.upsert_object(vol_a, "vol-a", owned("s"), config.sessions, t0);
+    r.lease_opened("s", 1, t0);
+    r.lease_closed("s", 1, config.sessions.lease_grace, t0);
+    Decision d = decide(r, config, t0 + 10s);  // the grace passes: the session ends now
+    BOOST_TEST(d.end.size() == 1u);
+    BOOST_TEST((reaped(d) == std::vector<std::string>{"c1", "c2"}));
+    BOOST_TEST(d.remove.empty());
+    r.end_session("s", "lease_expired", t0 + 10s);
+    r.add_pending("c1", "n-c1", "s", "session_ended", t0 + 10s);
+    r.add_pending("c2", "n-c2", "s", "session_ended", t0 + 10s);
+    r.erase_container("c1");  // reaped; c2 is still being removed
+    r.containers.erase("c2");
+    BOOST_TEST(decide(r, config, t0 + 11s).remove.empty());
+    r.pending.erase("c2");
+    BOOST_TEST((removed(decide(r, config, t0 + 11s)) == sorted({net_a, vol_a})));
+}
+
+// A session that only ever made a network: its lease drops, the grace passes, the network goes.
+BOOST_AUTO_TEST_CASE(a_session_with_only_a_network_gets_it_removed_when_its_lease_drops) {
+    Config config;
+    Registry r;
+    r.lease_opened("s", 1, t0);
+    r.upsert_object(net_a, "net-a", owned("s"), config.sessions, t0);
+    r.lease_closed("s", 1, config.sessions.lease_grace, t0);
+    Decision d = decide(r, config, t0 + 10s);
+    BOOST_REQUIRE(d.end.size() == 1u);
+    BOOST_TEST((removed(d) == std::vector<ObjectRef>{net_a}));
+}
+
+// An unclaimed session record holding only networks or volumes is kept (not an idle record),
+// and unclaimed_grace ends it like one with containers.
+BOOST_AUTO_TEST_CASE(unclaimed_sessions_with_only_objects_follow_unclaimed_grace) {
+    Config config;
+    Registry r;
+    r.upsert_object(vol_a, "vol-a", owned("s"), config.sessions, t0);
+    Decision d = decide(r, config, t0 + 24h);
+    BOOST_TEST(d.forget.empty());
+    BOOST_TEST(d.remove.empty());
+    config.sessions.unclaimed_grace = 1min;
+    d = decide(r, config, t0 + 60s);
+    BOOST_REQUIRE(d.end.size() == 1u);
+    BOOST_TEST((removed(d) == std::vector<ObjectRef>{vol_a}));
+}
+
+BOOST_AUTO_TEST_CASE(pending_removals_are_attempted_when_due_never_twice_never_in_dry_run) {
+    Config config;
+    Registry r;
+    r.end_session("s", "end", t0);
+    r.upsert_object(net_a, "net-a", owned("s"), config.sessions, t0);
+    r.upsert_object(net_b, "net-b", owned("s"), config.sessions, t0);
+    BOOST_TEST(r.add_pending_object(net_a, "net-a", "s", t0));
+    BOOST_TEST(!r.add_pending_object(net_a, "net-a", "s", t0));
+    Decision d = decide(r, config, t0);
+    BOOST_TEST((removed(d) == std::vector<ObjectRef>{net_b}));  // net_a is queued already
+    BOOST_TEST((d.attempt_objects == std::vector<ObjectRef>{net_a}));
+    r.pending_objects.at(net_a).in_flight = true;
+    BOOST_TEST(decide(r, config, t0).attempt_objects.empty());
+    r.pending_objects.at(net_a).in_flight = false;
+    r.pending_objects.at(net_a).next_attempt = t0 + 4s;
+    d = decide(r, config, t0 + 1s);
+    BOOST_TEST(d.attempt_objects.empty());
+    BOOST_TEST((d.next_wake == t0 + 4s));
+
+    config.reaper.dry_run = true;
+    r.pending_objects.at(net_a).next_attempt = t0;
+    d = decide(r, config, t0 + 1s);
+    BOOST_TEST(d.attempt_objects.empty());
+    BOOST_TEST((removed(d) == std::vector<ObjectRef>{net_b}));
+    r.would_remove_logged.insert(net_b);  // logged once
+    BOOST_TEST(decide(r, config, t0 + 1s).remove.empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_reload_of_the_label_keys_rederives_objects_too) {
+    Config config;
+    Registry r;
+    r.end_session("s", "end", t0);
+    r.upsert_object(vol_a, "vol-a", {{"org.testcontainers.sessionId", "s"}}, config.sessions, t0);
+    r.upsert_object(vol_b, "vol-b", owned("s"), config.sessions, t0);
+    BOOST_TEST((removed(decide(r, config, t0)) == std::vector<ObjectRef>{vol_b}));
+    config.sessions.labels = {"org.testcontainers.sessionId"};
+    r.rederive_sessions(config.sessions, t0);
+    BOOST_TEST((removed(decide(r, config, t0)) == std::vector<ObjectRef>{vol_a}));
+}
+
+BOOST_AUTO_TEST_CASE(each_removal_tells_the_door_its_session_and_its_liveness) {
+    Registry r;
+    r.lease_opened("leased", 1, t0);
+    r.lease_opened("grace", 2, t0);
+    r.lease_closed("grace", 2, 10s, t0);
+    r.end_session("ended", "end", t0);
+    struct Row {
+        std::string session;
+        bool alive;
+        std::uint64_t leases_opened;
+    } rows[] = {{"leased", true, 1}, {"grace", true, 1}, {"ended", false, 0}, {"forgotten", false, 0}};
+    for (const auto& row : rows) {
+        PendingRemoval removal;
+        removal.ref = net_a;
+        removal.session = row.session;
+        BOOST_TEST((expectation_for(removal, r) == Expectation{row.session, row.alive, row.leases_opened}),
+                   row.session);
     }
 }

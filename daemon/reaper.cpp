@@ -5,12 +5,13 @@
 namespace reaperd {
 
 ReapResult reap_once(Guard& guard, const ReapJob& job) {
+    if (job.object) return {job.container, guard.act(ObjectRequest{*job.object, job.expect, job.reason}), job.object};
     GuardRequest request;
     request.container = job.container;
     request.act = ContainerAct::remove;
     request.expect = job.expect;
     request.reason = job.reason;
-    return {job.container, guard.act(request)};
+    return {job.container, guard.act(request), std::nullopt};
 }
 
 ReaperPool::ReaperPool(Guard& guard, unsigned workers, ResultSink sink)

@@ -1,7 +1,7 @@
 // The reaper: a pool of worker threads that each make one removal attempt per job, through
 // the guarded door (guard.hpp), and report the outcome. Retrying, backoff and bookkeeping
-// stay with the main loop; a worker only ever asks the door about the one container of its
-// job, by the full id the loop pinned.
+// stay with the main loop; a worker only ever asks the door about the one container (or
+// network, or volume) of its job, by the id the loop pinned.
 #pragma once
 
 #include "guard.hpp"
@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,17 +18,20 @@
 namespace reaperd {
 
 struct ReapJob {
-    std::string container;  // the full id
+    std::string container;  // the full id (unset when `object` is set)
     Expectation expect;     // what the loop knows: the session, and whether it is alive
     std::string reason;     // "session_ended", "max_age", "orphan"
+    std::optional<ObjectRef> object;  // set: remove this network or volume, not a container
 };
 
 struct ReapResult {
     std::string container;
     GuardResult result;
+    std::optional<ObjectRef> object;  // as in the job
 };
 
-// One attempt, synchronously: the door's force-remove (with anonymous volumes). Never throws.
+// One attempt, synchronously: the door's force-remove (with anonymous volumes) of the
+// container, or its remove of the network or volume. Never throws.
 ReapResult reap_once(Guard& guard, const ReapJob& job);
 
 class ReaperPool {

@@ -101,3 +101,36 @@ BOOST_AUTO_TEST_CASE(drain_returns_queued_jobs_and_stop_is_idempotent) {
     BOOST_TEST(pool.drain_queue().empty());
     pool.stop();
 }
+
+// A job naming a network or volume goes to the door's object removal, with the same
+// expectation; the result names the object it was about.
+BOOST_AUTO_TEST_CASE(a_network_or_volume_job_removes_that_object_only) {
+    FakeEngine engine;
+    Guard guard(engine, {}, quiet());
+    const std::string net(64, 'e');
+    const std::string plain(64, 'f');
+    engine.add_network(net, owned);
+    engine.add_network(plain, {});
+    engine.add_volume("vol", owned);
+    engine.add("c", owned);
+    auto object_job = [](ObjectKind kind, const std::string& id, bool alive = false) {
+        ReapJob j = job("", "session_ended", "s", alive);
+        j.object = ObjectRef{kind, id};
+        return j;
+    };
+    const std::pair<ReapJob, Outcome> rows[] = {
+        {object_job(ObjectKind::network, plain), Outcome::refused_not_owned},
+        {object_job(ObjectKind::volume, "vol", true), Outcome::refused_session_alive},
+        {object_job(ObjectKind::network, net), Outcome::acted},
+        {object_job(ObjectKind::volume, "vol"), Outcome::acted},
+        {object_job(ObjectKind::volume, "vol"), Outcome::gone},
+    };
+    for (const auto& [j, expected] : rows) {
+        ReapResult r = reap_once(guard, j);
+        BOOST_TEST((r.object == j.object));
+        BOOST_TEST(to_string(r.result.outcome) == to_string(expected), j.object->id);
+    }
+    BOOST_TEST((engine.removed() == std::vector<std::string>{net, "vol"}));
+    BOOST_TEST(engine.exists("c"));
+    BOOST_TEST(engine.has_network(plain));
+}

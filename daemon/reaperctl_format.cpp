@@ -124,7 +124,53 @@ void render_object(const Object& object, const std::string& indent, std::ostring
     }
 }
 
+std::string counted(std::uint64_t n, const std::string& kinds) {
+    std::string word = kinds;
+    if (n == 1 && word.size() > 1 && word.back() == 's') word.pop_back();
+    return std::to_string(n) + " " + word;
+}
+
 }  // namespace
+
+std::string format_counts(const reaper::control::KindCounts& counts) {
+    std::string text;
+    for (const auto& [kind, n] : counts) {
+        if (n == 0) continue;
+        text += (text.empty() ? "" : ", ") + counted(n, kind);
+    }
+    return text.empty() ? "nothing" : text;
+}
+
+std::string format_end_reply(const std::string& session, const reaper::control::Reply& reply) {
+    std::string text = "session " + session;
+    if (!reply.known) return text + " ended";  // an older daemon says no more
+    if (reply.already_ended.value_or(false)) {
+        text += " had already ended";
+    } else if (!*reply.known) {
+        text += " ended (reaperd knew nothing of it; what is made under it later is reaped)";
+        return text;
+    } else {
+        text += " ended";
+    }
+    if (reply.dry_run.value_or(false)) return text + "; dry run: reaperd removes nothing";
+    if (reply.reaps_queued) {
+        const auto queued = format_counts(*reply.reaps_queued);
+        text += queued == "nothing" ? "; nothing to reap" : "; " + queued + " queued for reaping";
+    }
+    return text;
+}
+
+std::string format_orphan_reply(const std::string& reference, const reaper::control::Reply& reply) {
+    if (reply.container.empty()) return "orphan report for " + reference + " accepted";
+    std::string text = "container ";
+    text += reply.name.empty() ? reply.container : reply.name + " (" + reply.container + ")";
+    if (!reply.session.empty()) text += " of session " + reply.session;
+    if (reply.dry_run.value_or(false)) return text + ": dry run: would reap it";
+    if (!reply.queued.value_or(false)) return text + ": not queued";
+    text += ": queued for reaping";
+    if (!reply.owned) text += " (the engine did not answer; its label is checked before any removal)";
+    return text;
+}
 
 std::string format_status(std::string_view status_json) {
     Var parsed;

@@ -4,6 +4,8 @@
 // their keys, in first-seen order), other arrays as comma-separated lists.
 #pragma once
 
+#include "reaper/control.hpp"
+
 #include <string>
 #include <string_view>
 
@@ -12,5 +14,17 @@ namespace reaperd {
 // Renders a status JSON object as text for a terminal. Throws std::invalid_argument if the
 // text is not a JSON object.
 std::string format_status(std::string_view status_json);
+
+// The counts that are not 0, in the daemon's words: "3 containers, 1 network"; "nothing"
+// when all are 0.
+std::string format_counts(const reaper::control::KindCounts& counts);
+
+// What `reaperctl end SESSION` prints: "session S ended; 3 containers queued for reaping".
+// A daemon that says less (an older one answers {"ok":true}) gets "session S ended".
+std::string format_end_reply(const std::string& session, const reaper::control::Reply& reply);
+
+// What `reaperctl orphan C` prints once the report is accepted: the full id it was pinned
+// to, its session and whether its reap is queued.
+std::string format_orphan_reply(const std::string& reference, const reaper::control::Reply& reply);
 
 }  // namespace reaperd

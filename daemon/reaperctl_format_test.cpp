@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 BOOST_AUTO_TEST_CASE(status_renders_sections_tables_and_scalars) {
     const std::string status = R"({
@@ -41,4 +43,71 @@ BOOST_AUTO_TEST_CASE(status_tolerates_odd_shapes) {
     BOOST_TEST(reaperd::format_status(R"({"mixed":[1,{"a":2}]})") == "mixed: 1, {\"a\":2}\n");
     BOOST_CHECK_THROW(reaperd::format_status("[1]"), std::invalid_argument);
     BOOST_CHECK_THROW(reaperd::format_status("{"), std::invalid_argument);
+}
+
+namespace {
+
+reaper::control::Reply parsed(const std::string& line) { return reaper::control::parse_reply(line); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(counts_name_what_is_not_zero) {
+    BOOST_TEST(reaperd::format_counts({}) == "nothing");
+    BOOST_TEST(reaperd::format_counts({{"containers", 0}, {"networks", 0}}) == "nothing");
+    BOOST_TEST(reaperd::format_counts({{"containers", 1}, {"networks", 0}, {"volumes", 2}}) ==
+               "1 container, 2 volumes");
+    BOOST_TEST(reaperd::format_counts({{"containers", 3}, {"networks", 1}}) == "3 containers, 1 network");
+}
+
+BOOST_AUTO_TEST_CASE(end_replies_say_what_happened) {
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {R"({"ok":true})", "session s ended"},  // an older daemon
+        {R"({"ok":true,"session":"s","known":true,"already_ended":false,"dry_run":false,)"
+         R"("reaps_queued":{"containers":3,"networks":0,"volumes":0}})",
+         "session s ended; 3 containers queued for reaping"},
+        {R"({"ok":true,"session":"s","known":true,"already_ended":true,"dry_run":false,)"
+         R"("reaps_queued":{"containers":1,"networks":1,"volumes":0}})",
+         "session s had already ended; 1 container, 1 network queued for reaping"},
+        {R"({"ok":true,"session":"s","known":true,"already_ended":false,"dry_run":false,)"
+         R"("reaps_queued":{"containers":0,"networks":0,"volumes":0}})",
+         "session s ended; nothing to reap"},
+        {R"({"ok":true,"session":"s","known":false,"already_ended":false,"dry_run":false,)"
+         R"("reaps_queued":{"containers":0}})",
+         "session s ended (reaperd knew nothing of it; what is made under it later is reaped)"},
+        {R"({"ok":true,"session":"s","known":true,"already_ended":false,"dry_run":true,)"
+         R"("reaps_queued":{"containers":0}})",
+         "session s ended; dry run: reaperd removes nothing"},
+    };
+    for (const auto& [line, expected] : cases) {
+        BOOST_TEST_CONTEXT(line) { BOOST_TEST(reaperd::format_end_reply("s", parsed(line)) == expected); }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(orphan_replies_name_the_full_id_and_the_outcome) {
+    const std::string id(64, 'c');
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {R"({"ok":true})", "orphan report for web accepted"},  // an older daemon
+        {R"({"ok":true,"container":")" + id + R"(","name":"web","session":"s","owned":true,"queued":true,"dry_run":false})",
+         "container web (" + id + ") of session s: queued for reaping"},
+        {R"({"ok":true,"container":")" + id + R"(","name":"web","session":"s","owned":true,"queued":false,"dry_run":true})",
+         "container web (" + id + ") of session s: dry run: would reap it"},
+        {R"({"ok":true,"container":")" + id + R"(","queued":true,"dry_run":false})",
+         "container " + id + ": queued for reaping (the engine did not answer; its label is checked before any removal)"},
+    };
+    for (const auto& [line, expected] : cases) {
+        BOOST_TEST_CONTEXT(line) { BOOST_TEST(reaperd::format_orphan_reply("web", parsed(line)) == expected); }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(status_shows_which_sessions_have_a_proxy_and_what_it_labelled) {
+    const std::string status = R"({"sessions": [
+        {"id": "ci-1", "state": "leased", "leases": 1, "containers": 2, "proxy": true,
+         "containers_labelled": 2, "networks_labelled": 1, "volumes_labelled": 0},
+        {"id": "plain", "state": "leased", "leases": 1, "containers": 0, "proxy": false}
+    ]})";
+    BOOST_TEST(reaperd::format_status(status) ==
+               "sessions (2):\n"
+               "  ID     STATE   LEASES  CONTAINERS  PROXY  CONTAINERS LABELLED  NETWORKS LABELLED  VOLUMES LABELLED\n"
+               "  ci-1   leased  1       2           yes    2                    1                  0\n"
+               "  plain  leased  1       0           no     -                    -                  -\n");
 }

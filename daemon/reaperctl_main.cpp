@@ -1,7 +1,8 @@
 // reaperctl: the command-line client of reaperd's control socket.
-// Exit codes: 0 ok, 1 the daemon answered with an error, 64 usage error, 69 daemon unreachable;
-// `run` exits with its tool's status (128+N when the tool was killed by signal N), 126/127
-// when the tool cannot be started.
+// Exit codes: 0 ok, 1 the daemon answered with an error, 64 usage error, 69 daemon unreachable,
+// 75 `end --wait` timed out with something of the session left; `run` exits with its tool's
+// status (128+N when the tool was killed by signal N), 126/127 when the tool cannot be started.
+#include "config.hpp"  // parse_duration, format_duration: the one duration grammar
 #include "reaper/control.hpp"
 #include "reaper/proxy.hpp"
 #include "reaperctl_format.hpp"
@@ -24,6 +25,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -37,10 +39,15 @@ constexpr int exit_ok = 0;
 constexpr int exit_error_reply = 1;
 constexpr int exit_usage = 64;
 constexpr int exit_unavailable = 69;
+constexpr int exit_wait_timed_out = 75;  // EX_TEMPFAIL: reaperd is still at it; ask again later
 constexpr int exit_cannot_execute = 126;
 constexpr int exit_not_found = 127;
 
 constexpr auto request_timeout = 5s;
+// `end --wait`: how long by default, and how often it asks reaperd what is left. A question is
+// one connection and a turn of reaperd's loop (well under a millisecond when idle).
+constexpr reaperd::Duration default_wait_timeout = 5min;
+constexpr auto wait_poll_interval = 100ms;
 
 const char* const usage_text =
     "Usage: reaperctl [--socket PATH] COMMAND [ARGS]\n"
@@ -55,10 +62,16 @@ const char* const usage_text =
     "                               container, network and volume it creates with\n"
     "                               reaperd.session=SESSION; requests go on to the engine at\n"
     "                               ADDR (default: $DOCKER_HOST, else unix:///var/run/docker.sock)\n"
-    "  end SESSION                  end SESSION now: reaperd reaps its containers\n"
-    "  orphan CONTAINER [--session SESSION]\n"
-    "                               report a container to reap now\n"
-    "  status [--json]              sessions, tracked containers, pending reaps, counters\n"
+    "  end SESSION [--wait [--timeout DUR]] [--json]\n"
+    "                               end SESSION now: reaperd reaps its containers (and then\n"
+    "                               its networks and volumes); says how many were queued.\n"
+    "                               --wait: return once reaperd sees nothing of it left\n"
+    "                               (exit 75 if something is left after DUR, default 5m)\n"
+    "  orphan CONTAINER [--session SESSION] [--json]\n"
+    "                               report a container to reap now; says the full id it\n"
+    "                               resolved to and whether its reap was queued\n"
+    "  status [--json]              sessions (with what their proxies labelled), tracked\n"
+    "                               containers, pending reaps, counters\n"
     "  metrics                      the daemon's metrics (Prometheus text)\n"
     "\n"
     "Options:\n"
@@ -66,7 +79,8 @@ const char* const usage_text =
     "  --help          show this help\n"
     "  --version       show the version\n"
     "\n"
-    "Exit codes: 0 ok, 1 the daemon refused, 64 usage error, 69 reaperd unreachable.\n"
+    "Exit codes: 0 ok, 1 the daemon refused, 64 usage error, 69 reaperd unreachable,\n"
+    "75 end --wait timed out.\n"
     "See docs/control-protocol.md.\n";
 
 struct UsageError {
@@ -99,8 +113,10 @@ int block_into_signalfd(bool with_child, sigset_t& previous) {
 // A lease keeper for `hold` and `run`: the library's, which reconnects whenever reaperd
 // closes the lease (a restart gives the sessions that held leases one lease_grace to come
 // back), telling stderr what happens.
-control::LeaseKeeper make_keeper(const control::ControlClient& client, const std::string& session) {
+control::LeaseKeeper make_keeper(const control::ControlClient& client, const std::string& session,
+                                 bool proxy = false) {
     control::LeaseKeeperOptions options;
+    options.proxy = proxy;
     options.observer = [path = client.socket_path(), session](control::LeaseEvent event,
                                                                 const std::exception_ptr& error) {
         switch (event) {
@@ -186,7 +202,9 @@ std::vector<std::string> environment_for(const std::string& session,
 // the tool creates can arrive after its session may end.
 class OwnedEngine {
 public:
-    OwnedEngine(const std::string& session, const reaper::EngineAddress& upstream) {
+    // What the proxy labelled goes to `keeper` (and so to reaperd's status) as it happens.
+    OwnedEngine(const std::string& session, const reaper::EngineAddress& upstream,
+                control::LeaseKeeper& keeper) {
         const auto base = std::filesystem::temp_directory_path() / "reaperctl-own.XXXXXX";
         std::string pattern = base.string();
         if (!::mkdtemp(pattern.data())) {
@@ -199,6 +217,10 @@ public:
         options.listen_path = dir_ + "/docker.sock";
         options.session = session;
         options.log = reaper::stderr_log_sink(reaper::LogLevel::Warning);
+        options.on_labelled = [this, &keeper] {
+            const auto stats = proxy_->stats();
+            keeper.report_labelled({stats.containers, stats.networks, stats.volumes});
+        };
         try {
             proxy_.emplace(std::move(options));
             proxy_->start();
@@ -245,7 +267,7 @@ int run(control::ControlClient& client, const std::string& session,
         const std::optional<reaper::EngineAddress>& own_upstream) {
     validate_session_arg(session);
     if (command.empty()) throw UsageError{"run needs a COMMAND after the session"};
-    auto keeper = make_keeper(client, session);
+    auto keeper = make_keeper(client, session, own_upstream.has_value());
     if (auto failure = keeper.start()) {
         try {
             std::rethrow_exception(failure);
@@ -276,7 +298,7 @@ int run(control::ControlClient& client, const std::string& session,
     // Declared after the keeper: destroyed first, so the proxy stops before the lease drops.
     std::optional<OwnedEngine> owned;
     if (own_upstream) {
-        owned.emplace(session, *own_upstream);
+        owned.emplace(session, *own_upstream, keeper);
         // The private socket speaks plain HTTP: a client told to use TLS would fail on it.
         std::erase_if(env_strings, [](const std::string& entry) {
             return entry.starts_with("DOCKER_HOST=") || entry.starts_with("DOCKER_TLS_VERIFY=") ||
@@ -327,6 +349,60 @@ void print_text(const std::string& text) {
     if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);
 }
 
+// `end --wait`: asks reaperd what is left of the session until nothing is (exit 0) or `limit`
+// passes (exit 75, saying what is left). Asking goes on while reaperd restarts. With `json`,
+// the last answer is printed as it came, one JSON object on a line.
+int wait_until_gone(control::ControlClient& client, const std::string& session,
+                    reaperd::Duration limit, bool json) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + limit;
+    std::optional<control::Reply> last;
+    std::string unreachable;
+    bool told_dry_run = false;
+    for (;;) {
+        try {
+            last = client.session(session);
+            unreachable.clear();
+            if (last->nothing_remains()) {
+                const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - start);
+                print_text(json ? last->json
+                                : "session " + session + ": nothing left (waited " +
+                                      reaperd::format_duration(took) + ")");
+                return exit_ok;
+            }
+            if (last->dry_run.value_or(false) && !told_dry_run) {
+                warn("reaperd is in dry run and removes nothing; waiting for the timeout");
+                told_dry_run = true;
+            }
+        } catch (const control::DaemonUnreachable& e) {
+            // A restart of reaperd: its sessions and reaps survive it, so keep asking.
+            if (unreachable.empty()) warn(std::string(e.what()) + "; still waiting");
+            unreachable = e.what();
+        } catch (const control::ErrorReply& e) {
+            if (e.reply().error.find("unknown op \"session\"") == std::string::npos) throw;
+            throw control::ErrorReply("reaperd at " + client.socket_path() +
+                                      " is too old to say what is left of a session, so --wait "
+                                      "cannot tell when it is gone (the session was ended)");
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) break;
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(wait_poll_interval, deadline - now));
+    }
+    std::string why;
+    if (!unreachable.empty()) {
+        why = "reaperd does not answer (" + unreachable + ")";
+    } else if (!last->ready.value_or(false)) {
+        why = "reaperd has not listed the engine yet";
+    } else {
+        why = reaperd::format_counts(last->remaining.value_or(control::KindCounts{})) +
+              " still there; reaperd keeps reaping (reaperctl status says why)";
+    }
+    if (json && last) print_text(last->json);
+    warn("session " + session + ": timed out after " + reaperd::format_duration(limit) + ": " + why);
+    return exit_wait_timed_out;
+}
+
 struct Arguments {
     std::optional<std::string> socket;
     std::string command;
@@ -335,6 +411,8 @@ struct Arguments {
     std::optional<std::string> orphan_session;
     bool own = false;                   // run --own
     std::optional<std::string> engine;  // run --engine ADDR
+    bool wait = false;                  // end --wait
+    std::optional<std::string> timeout; // end --wait --timeout DUR
     bool json = false;
     bool help = false;
     bool version = false;
@@ -364,8 +442,18 @@ Arguments parse_arguments(int argc, char** argv) {
                 args.socket = word.substr(9);
             }
             if (args.socket->empty()) throw UsageError{"--socket needs a non-empty PATH"};
-        } else if (word == "--json" && args.command == "status") {
+        } else if (word == "--json" &&
+                   (args.command == "status" || args.command == "end" || args.command == "orphan")) {
             args.json = true;
+        } else if (word == "--wait" && args.command == "end") {
+            args.wait = true;
+        } else if ((word == "--timeout" || word.starts_with("--timeout=")) && args.command == "end") {
+            if (word == "--timeout") {
+                if (i + 1 >= words.size()) throw UsageError{"--timeout needs a DURATION"};
+                args.timeout = words[++i];
+            } else {
+                args.timeout = word.substr(10);
+            }
         } else if ((word == "--session" || word.starts_with("--session=")) && args.command == "orphan") {
             if (word == "--session") {
                 if (i + 1 >= words.size()) throw UsageError{"--session needs a SESSION"};
@@ -431,8 +519,19 @@ int dispatch(const Arguments& args) {
     if (args.command == "end") {
         expect_operands(args, 1, "one SESSION");
         validate_session_arg(args.operands[0]);
-        client.end(args.operands[0]);
-        return exit_ok;
+        if (args.timeout && !args.wait) throw UsageError{"--timeout is for end --wait"};
+        reaperd::Duration limit = default_wait_timeout;
+        if (args.timeout) {
+            try {
+                limit = reaperd::parse_duration(*args.timeout);
+            } catch (const std::invalid_argument& e) {
+                throw UsageError{std::string("--timeout: ") + e.what()};
+            }
+        }
+        const auto reply = client.end(args.operands[0]);
+        print_text(args.json ? reply.json : reaperd::format_end_reply(args.operands[0], reply));
+        if (!args.wait) return exit_ok;
+        return wait_until_gone(client, args.operands[0], limit, args.json);
     }
     if (args.command == "orphan") {
         expect_operands(args, 1, "one CONTAINER");
@@ -443,7 +542,15 @@ int dispatch(const Arguments& args) {
         }
         const auto session = args.orphan_session.value_or("");
         if (args.orphan_session) validate_session_arg(session);
-        client.report_orphan(args.operands[0], session);
+        control::Reply reply;
+        try {
+            reply = client.report_orphan(args.operands[0], session);
+        } catch (const control::ErrorReply& e) {
+            // A refusal says what the report resolved to, as a success does.
+            if (args.json) print_text(e.reply().json);
+            throw;
+        }
+        print_text(args.json ? reply.json : reaperd::format_orphan_reply(args.operands[0], reply));
         return exit_ok;
     }
     if (args.command == "status") {

@@ -22,6 +22,16 @@ SessionState Session::state() const {
     return SessionState::unclaimed;
 }
 
+reaper::control::LabelledCounts Session::labelled() const {
+    reaper::control::LabelledCounts total;
+    for (const auto& [client, counts] : proxies) {
+        total.containers += counts.containers;
+        total.networks += counts.networks;
+        total.volumes += counts.volumes;
+    }
+    return total;
+}
+
 std::optional<std::string> Registry::upsert_container(const reaper::ContainerInfo& info,
                                                       const SessionsConfig& config,
                                                       TimePoint now) {
@@ -61,6 +71,39 @@ void Registry::rederive_sessions(const SessionsConfig& config, TimePoint now) {
         known.session = owning_session(known.info.labels, config.labels);
         if (known.session) session(*known.session, now);
     }
+    for (auto& [ref, known] : objects) {
+        known.session = owning_session(known.labels, config.labels);
+        if (known.session) session(*known.session, now);
+    }
+}
+
+void Registry::upsert_object(const ObjectRef& ref, const std::string& name, const reaper::Labels& labels,
+                             const SessionsConfig& config, TimePoint now) {
+    KnownObject& known = objects[ref];
+    known.ref = ref;
+    known.name = name;
+    known.labels = labels;
+    known.session = owning_session(labels, config.labels);
+    if (known.session) session(*known.session, now);
+}
+
+void Registry::erase_object(const ObjectRef& ref) {
+    objects.erase(ref);
+    would_remove_logged.erase(ref);
+    auto it = pending_objects.find(ref);
+    if (it != pending_objects.end() && !it->second.in_flight) pending_objects.erase(it);
+}
+
+bool Registry::add_pending_object(const ObjectRef& ref, const std::string& name,
+                                  const std::string& session_id, TimePoint now) {
+    if (pending_objects.count(ref)) return false;
+    PendingRemoval removal;
+    removal.ref = ref;
+    removal.name = name;
+    removal.session = session_id;
+    removal.next_attempt = now;
+    pending_objects.emplace(ref, std::move(removal));
+    return true;
 }
 
 Session& Registry::session(const std::string& id, TimePoint now) {
@@ -76,12 +119,14 @@ void Registry::lease_opened(const std::string& id, std::uint64_t connection, Tim
     Session& s = session(id, now);
     s.leases.insert(connection);
     s.ever_leased = true;
+    ++s.leases_opened;
     s.grace_deadline.reset();
     // Leasing an ended session id again revives it: its owner is back. Reaps already
     // queued for it are refused by the door while it is alive (policy.hpp expectation_for)
     // and queued again when it ends again.
     s.ended_at.reset();
     s.end_reason.clear();
+    changed_sessions.insert(id);
 }
 
 void Registry::lease_closed(const std::string& id, std::uint64_t connection, Duration lease_grace,
@@ -91,6 +136,7 @@ void Registry::lease_closed(const std::string& id, std::uint64_t connection, Dur
     Session& s = it->second;
     if (s.leases.erase(connection) == 0) return;
     if (s.leases.empty() && !s.ended_at) s.grace_deadline = now + lease_grace;
+    changed_sessions.insert(id);
 }
 
 bool Registry::end_session(const std::string& id, const std::string& reason, TimePoint now) {
@@ -99,7 +145,20 @@ bool Registry::end_session(const std::string& id, const std::string& reason, Tim
     s.ended_at = now;
     s.end_reason = reason;
     s.grace_deadline.reset();
+    changed_sessions.insert(id);
     return true;
+}
+
+bool Registry::forget_session(const std::string& id) {
+    auto it = sessions.find(id);
+    if (it == sessions.end()) return false;
+    const bool tombstone = it->second.ended_at.has_value();
+    if (it->second.leases.empty())
+        sessions.erase(it);
+    else
+        it->second.ended_at.reset();
+    if (tombstone) changed_sessions.insert(id);
+    return tombstone;
 }
 
 bool Registry::add_pending(const std::string& container, const std::string& name,
@@ -112,6 +171,7 @@ bool Registry::add_pending(const std::string& container, const std::string& name
     reap.session = session_id;
     reap.reason = reason;
     reap.next_attempt = now;
+    reap.due = now;
     pending.emplace(container, std::move(reap));
     return true;
 }
@@ -130,23 +190,48 @@ std::size_t Registry::containers_of(const std::string& session_id) const {
     return n;
 }
 
+std::size_t Registry::tracked_objects(ObjectKind kind) const {
+    std::size_t n = 0;
+    for (const auto& [ref, known] : objects)
+        if (ref.kind == kind && known.session) ++n;
+    return n;
+}
+
+std::size_t Registry::objects_of(const std::string& session_id, ObjectKind kind) const {
+    std::size_t n = 0;
+    for (const auto& [ref, known] : objects)
+        if (ref.kind == kind && known.session && *known.session == session_id) ++n;
+    return n;
+}
+
+std::size_t Registry::pending_objects_of(ObjectKind kind) const {
+    std::size_t n = 0;
+    for (const auto& [ref, removal] : pending_objects)
+        if (ref.kind == kind) ++n;
+    return n;
+}
+
 PersistedState Registry::persisted() const {
     PersistedState state;
-    for (const auto& [id, s] : sessions) {
-        PersistedSession p;
-        p.id = id;
-        p.held_lease = !s.leases.empty() && !s.ended_at;
-        p.grace_deadline = s.ended_at ? std::nullopt : s.grace_deadline;
-        p.ended_at = s.ended_at;
-        p.end_reason = s.end_reason;
-        if (p.held_lease || p.grace_deadline || p.ended_at) state.sessions.push_back(std::move(p));
-    }
+    for (const auto& [id, s] : sessions)
+        if (auto p = persisted_session(s)) state.sessions.push_back(std::move(*p));
     for (const auto& [id, reap] : pending) {
         PendingReap p = reap;
         p.in_flight = false;
         state.pending.push_back(std::move(p));
     }
     return state;
+}
+
+std::optional<PersistedSession> Registry::persisted_session(const Session& s) {
+    PersistedSession p;
+    p.id = s.id;
+    p.held_lease = !s.leases.empty() && !s.ended_at;
+    p.grace_deadline = s.ended_at ? std::nullopt : s.grace_deadline;
+    p.ended_at = s.ended_at;
+    p.end_reason = s.end_reason;
+    if (p.held_lease || p.grace_deadline || p.ended_at) return p;
+    return std::nullopt;
 }
 
 void Registry::restore(const PersistedState& state, Duration lease_grace, TimePoint now) {
@@ -167,6 +252,7 @@ void Registry::restore(const PersistedState& state, Duration lease_grace, TimePo
         PendingReap reap = p;
         reap.in_flight = false;
         reap.next_attempt = now;
+        reap.due = now;
         pending[reap.container] = std::move(reap);
     }
 }

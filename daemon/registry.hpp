@@ -1,11 +1,13 @@
-// What the daemon knows: every container the engine has (with its inspect info), the
-// sessions that own some of them, and the reaps still to be done. Owned by the main loop's
+// What the daemon knows: every container the engine has (with its inspect info), every
+// network and volume (with its labels), the sessions that own some of them, and the reaps
+// and removals still to be done. Owned by the main loop's
 // thread only; nothing here reads the clock or does I/O (times come in as arguments).
 #pragma once
 
 #include "config.hpp"
 #include "guard.hpp"  // owning_session(): the ownership rule, in one place
 
+#include <reaper/control.hpp>
 #include <reaper/engine.hpp>
 
 #include <chrono>
@@ -32,6 +34,14 @@ struct KnownContainer {
     std::optional<Duration> max_age;    // from the reaperd.max-age label, when it parses
 };
 
+// A network or volume as the engine last listed it (labels never change after creation).
+struct KnownObject {
+    ObjectRef ref;
+    std::string name;
+    reaper::Labels labels;
+    std::optional<std::string> session;  // set iff session-owned under the current config
+};
+
 enum class SessionState { leased, grace, ended, unclaimed };
 const char* to_string(SessionState state);
 
@@ -39,12 +49,20 @@ struct Session {
     std::string id;
     std::set<std::uint64_t> leases;           // open control connections naming it
     bool ever_leased = false;                 // claimed: liveness follows its leases
+    // Leases opened on it as this loop has seen them; the door compares it with its own
+    // count, taken before the loop hears of a lease (guard.hpp, Expectation::leases_opened).
+    std::uint64_t leases_opened = 0;
     std::optional<TimePoint> grace_deadline;  // set while its last lease is closed
     std::optional<TimePoint> ended_at;        // set for a tombstone
     std::string end_reason;                   // "end", "lease_expired", "unclaimed"
     TimePoint first_seen;
+    // Labelling proxies that held leases on it (`reaperctl run --own`) and what each labelled,
+    // by ProxyReport::client (control_server.hpp): totals, kept after their leases close.
+    // Memory only: after a restart they come back as the proxies lease again.
+    std::map<std::int64_t, reaper::control::LabelledCounts> proxies;
 
     SessionState state() const;
+    reaper::control::LabelledCounts labelled() const;  // summed over its proxies
 };
 
 struct PendingReap {
@@ -53,6 +71,22 @@ struct PendingReap {
     std::string session;
     std::string reason;  // "session_ended", "max_age", "orphan"
     unsigned failures = 0;  // failed attempts so far (an in-progress removal is not one)
+    TimePoint next_attempt;
+    bool in_flight = false;
+    // When it was queued, the moment its reason arose (the loop queues in the turn that ends
+    // a session, takes a report, or passes a max_age): where the reap latency metric starts.
+    // Not persisted: a reap restored at start-up is due from then.
+    TimePoint due;
+};
+
+// The removal of a network or volume of an ended session, once its containers are gone.
+// Not persisted: after a restart the next list finds the object again, and its session's
+// tombstone (persisted) queues it again.
+struct PendingRemoval {
+    ObjectRef ref;
+    std::string name;
+    std::string session;
+    unsigned failures = 0;
     TimePoint next_attempt;
     bool in_flight = false;
 };
@@ -67,7 +101,9 @@ struct PersistedSession {
 };
 struct PersistedState {
     std::vector<PersistedSession> sessions;
-    std::vector<PendingReap> pending;  // in_flight and next_attempt are not persisted
+    std::vector<PendingReap> pending;  // in_flight, next_attempt and due are not persisted
+    // Not persisted: what StateStore::load() skipped and said why (a torn last journal record).
+    std::vector<std::string> warnings;
 };
 
 class Registry {
@@ -76,6 +112,12 @@ public:
     std::map<std::string, Session> sessions;
     std::map<std::string, PendingReap> pending;        // by container id
     std::set<std::string> would_reap_logged;           // dry run: logged once each
+    std::map<ObjectRef, KnownObject> objects;          // every network and volume
+    std::map<ObjectRef, PendingRemoval> pending_objects;
+    std::set<ObjectRef> would_remove_logged;           // dry run: logged once each
+    // Sessions whose persisted form may have changed since the last save: the methods below
+    // note them, and StateStore::save_changes() journals just those, then clears it.
+    std::set<std::string> changed_sessions;
 
     // Records (or refreshes) a container, deriving its session under `config`. Returns
     // a warning text when its max-age label does not parse (the default applies then),
@@ -84,8 +126,19 @@ public:
                                                 const SessionsConfig& config, TimePoint now);
     // Forgets a container the engine no longer has (and any pending reap of it).
     void erase_container(const std::string& id);
-    // Re-derives every container's session after sessions.labels changed.
+    // Re-derives every container's (network's, volume's) session after sessions.labels
+    // changed.
     void rederive_sessions(const SessionsConfig& config, TimePoint now);
+
+    // Records (or refreshes) a network or volume, deriving its session under `config`.
+    void upsert_object(const ObjectRef& ref, const std::string& name, const reaper::Labels& labels,
+                       const SessionsConfig& config, TimePoint now);
+    // Forgets a network or volume the engine no longer has. Its pending removal goes too,
+    // unless an attempt is in flight (its result settles it).
+    void erase_object(const ObjectRef& ref);
+    // Queues a removal unless one is pending. Returns true if it was new.
+    bool add_pending_object(const ObjectRef& ref, const std::string& name, const std::string& session,
+                            TimePoint now);
 
     Session& session(const std::string& id, TimePoint now);  // found or created
 
@@ -95,6 +148,9 @@ public:
     // Ends a session now (a tombstone): its containers, present and future, get reaped.
     // Returns false if it had already ended.
     bool end_session(const std::string& session, const std::string& reason, TimePoint now);
+    // Drops a session record (an expired or evicted tombstone, an idle record); one still
+    // leased only loses its tombstone. Returns true if it was a tombstone (a persisted change).
+    bool forget_session(const std::string& session);
 
     // Queues a reap unless one is pending. Returns true if it was new.
     bool add_pending(const std::string& container, const std::string& name,
@@ -102,8 +158,14 @@ public:
 
     std::size_t tracked_count() const;  // session-owned containers
     std::size_t containers_of(const std::string& session) const;
+    // Session-owned networks or volumes: all, or one session's.
+    std::size_t tracked_objects(ObjectKind kind) const;
+    std::size_t objects_of(const std::string& session, ObjectKind kind) const;
+    std::size_t pending_objects_of(ObjectKind kind) const;
 
     PersistedState persisted() const;
+    // One session's part of persisted(); nullopt when nothing of it is persisted.
+    static std::optional<PersistedSession> persisted_session(const Session& session);
     // Merges state loaded at start-up: sessions that held a lease get a fresh `lease_grace`;
     // grace deadlines and tombstones are kept; pending reaps are due now.
     void restore(const PersistedState& state, Duration lease_grace, TimePoint now);

@@ -138,3 +138,36 @@ BOOST_AUTO_TEST_CASE(rfc3339_parses_what_the_engine_writes) {
     for (const char* bad : {"", "yesterday", "2026-11-30", "2026-11-30T13:26:20", "2026-11-30T13:26:20Q"})
         BOOST_TEST(!parse_rfc3339(bad), bad);
 }
+
+BOOST_AUTO_TEST_CASE(networks_and_volumes_are_tracked_by_kind_and_id_with_their_session) {
+    Registry r;
+    SessionsConfig config;
+    const ObjectRef net{ObjectKind::network, std::string(64, 'a')};
+    const ObjectRef vol{ObjectKind::volume, std::string(64, 'a')};  // same id, other kind
+    const ObjectRef plain{ObjectKind::volume, "plain"};
+    r.upsert_object(net, "web", {{"reaperd.session", "s"}}, config, t0);
+    r.upsert_object(vol, "anon", {{"reaperd.session", "s"}}, config, t0);
+    r.upsert_object(plain, "plain", {}, config, t0);
+    BOOST_TEST(r.objects.size() == 3u);
+    BOOST_TEST(r.sessions.count("s") == 1u);
+    BOOST_TEST(r.tracked_objects(ObjectKind::network) == 1u);
+    BOOST_TEST(r.tracked_objects(ObjectKind::volume) == 1u);  // the unlabeled one is not tracked
+    BOOST_TEST(r.objects_of("s", ObjectKind::volume) == 1u);
+    BOOST_TEST(!r.objects.at(plain).session);
+
+    BOOST_TEST(r.add_pending_object(net, "web", "s", t0));
+    BOOST_TEST(r.add_pending_object(vol, "anon", "s", t0));
+    BOOST_TEST(r.pending_objects_of(ObjectKind::network) == 1u);
+    r.pending_objects.at(vol).in_flight = true;
+    r.erase_object(net);
+    r.erase_object(vol);  // its attempt in flight settles it
+    BOOST_TEST(r.objects.size() == 1u);
+    BOOST_TEST(r.pending_objects.size() == 1u);
+    BOOST_TEST(r.pending_objects.count(vol) == 1u);
+
+    config.labels = {"other"};
+    r.upsert_object(net, "web", {{"reaperd.session", "s"}}, config, t0);
+    BOOST_TEST(!r.objects.at(net).session);
+    r.rederive_sessions(SessionsConfig{}, t0);
+    BOOST_TEST(r.objects.at(net).session.value_or("") == "s");
+}

@@ -3,7 +3,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include <unistd.h>
 
@@ -133,4 +135,209 @@ BOOST_AUTO_TEST_CASE(a_state_file_that_cannot_be_read_is_unreadable_not_corrupt)
         BOOST_TEST(std::string(e.what()).find((dir.path / "state.json").string()) != std::string::npos, e.what());
         BOOST_TEST(std::string(e.what()).find("cannot be read") != std::string::npos, e.what());
     }
+}
+
+namespace {
+std::string read_text(const std::string& path) {
+    std::ifstream in(path);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+Registry with_tombstones(int n) {
+    Registry r;
+    for (int i = 0; i < n; ++i) r.end_session("s-" + std::to_string(i), "end", t0);
+    return r;
+}
+}  // namespace
+
+// A save after the first writes only what changed: one journal line per changed session or
+// pending reap, and load() replays them over the snapshot.
+BOOST_AUTO_TEST_CASE(changes_are_journaled_and_load_back) {
+    TempDir dir;
+    StateStore store(dir.path.string());
+    Registry r = with_tombstones(100);
+    store.save_changes(r);  // the first save is a snapshot
+    BOOST_TEST(store.stats().compactions == 1u);
+    BOOST_TEST(r.changed_sessions.empty());
+    const auto snapshot = read_text(store.path());
+
+    r.end_session("late", "end", t0 + std::chrono::seconds{1});
+    r.lease_opened("leased", 7, t0);
+    r.lease_opened("s-3", 8, t0);  // revived: no longer a tombstone
+    r.forget_session("s-4");
+    r.add_pending("c1", "web-1", "late", "session_ended", t0);
+    r.add_pending("c2", "web-2", "late", "session_ended", t0);
+    store.save_changes(r);
+    r.pending.at("c1").failures = 2;
+    r.pending.erase("c2");
+    store.save_changes(r);
+    BOOST_TEST(store.stats().compactions == 1u);
+    BOOST_TEST(store.stats().journal_records == 6u + 2u);
+    BOOST_TEST(read_text(store.path()) == snapshot);  // not rewritten
+
+    PersistedState back = store.load();
+    BOOST_TEST(back.warnings.empty());
+    Registry restored;
+    restored.restore(back, std::chrono::seconds{10}, t0);
+    BOOST_TEST(restored.sessions.size() == 100u + 1u + 1u - 1u);
+    BOOST_TEST((restored.sessions.at("late").ended_at == t0 + std::chrono::seconds{1}));
+    BOOST_TEST(!restored.sessions.at("s-3").ended_at);
+    BOOST_TEST(restored.sessions.at("s-3").ever_leased);
+    BOOST_TEST(!restored.sessions.count("s-4"));
+    BOOST_TEST(restored.sessions.at("s-5").end_reason == "end");
+    BOOST_REQUIRE(restored.pending.size() == 1u);
+    BOOST_TEST(restored.pending.at("c1").failures == 2u);
+    BOOST_TEST(restored.pending.at("c1").name == "web-1");
+
+    // Nothing changed: nothing written.
+    const auto size = store.stats().journal_bytes;
+    store.save_changes(r);
+    BOOST_TEST(store.stats().journal_bytes == size);
+    BOOST_TEST(fs::file_size(store.journal_path()) == size);
+}
+
+// A crash mid-append leaves a torn last line: it is skipped with a warning, everything
+// before it loads. A bad line before the last is corruption.
+BOOST_AUTO_TEST_CASE(a_torn_last_record_is_ignored_with_a_warning) {
+    for (const char* tail : {"{\"session\":{\"id\":\"torn\",\"ended_at_ms\":17", "{\"sess", "\0\0\0\0",
+                             "garbage\n"}) {
+        TempDir dir;
+        StateStore store(dir.path.string());
+        Registry r = with_tombstones(2);
+        store.save_changes(r);
+        r.end_session("whole", "end", t0);
+        store.save_changes(r);
+        std::ofstream(store.journal_path(), std::ios::app) << std::string(tail, std::strlen(tail) ? std::strlen(tail) : 4);
+        PersistedState back = store.load();
+        BOOST_TEST(back.sessions.size() == 3u);
+        BOOST_REQUIRE(back.warnings.size() == 1u);
+        BOOST_TEST(back.warnings[0].find("torn last record") != std::string::npos, back.warnings[0]);
+        BOOST_TEST(back.warnings[0].find(store.journal_path()) != std::string::npos, back.warnings[0]);
+    }
+    TempDir dir;
+    StateStore store(dir.path.string());
+    Registry r = with_tombstones(1);
+    store.save_changes(r);
+    std::ofstream(store.journal_path(), std::ios::app) << "{\"bogus\":1}\n{\"forget\":\"s-0\"}\n";
+    try {
+        store.load();
+        BOOST_FAIL("loaded");
+    } catch (const StateCorrupt& e) {
+        BOOST_TEST(std::string(e.what()).find(store.journal_path() + ": line 2") != std::string::npos, e.what());
+    }
+    // set_aside() takes the journal along with the snapshot.
+    store.set_aside(t0);
+    BOOST_TEST(fs::exists(store.journal_path() + ".corrupt-20261130T120000Z"));
+    BOOST_TEST(!fs::exists(store.journal_path()));
+    BOOST_TEST(store.load().sessions.empty());
+}
+
+// The journal is folded into a new snapshot once it passes a quarter of the snapshot's size (at
+// least 64 KiB); what loads is the same before and after.
+BOOST_AUTO_TEST_CASE(the_journal_is_compacted_into_a_snapshot) {
+    TempDir dir;
+    StateStore store(dir.path.string());
+    Registry r = with_tombstones(10);
+    store.save_changes(r);
+    int saves = 0;
+    for (; store.stats().compactions == 1u && saves < 10000; ++saves) {
+        r.end_session("e-" + std::to_string(saves), "end", t0);
+        store.save_changes(r);
+    }
+    BOOST_TEST(store.stats().compactions == 2u);
+    BOOST_TEST(saves > 500);  // 64 KiB of ~80-byte lines
+    BOOST_TEST(store.stats().journal_records == 0u);
+    BOOST_TEST(fs::file_size(store.journal_path()) < 100u);  // just the header
+    PersistedState back = store.load();
+    BOOST_TEST(back.sessions.size() == r.persisted().sessions.size());
+    // Appends go on after it.
+    r.end_session("after", "end", t0);
+    store.save_changes(r);
+    BOOST_TEST(store.load().sessions.size() == r.persisted().sessions.size());
+}
+
+// A crash between a compaction's two renames leaves the new snapshot beside the old
+// journal: the journal names another generation, so its (older) changes are not replayed.
+BOOST_AUTO_TEST_CASE(a_journal_of_another_snapshot_is_stale_and_ignored) {
+    TempDir dir;
+    StateStore store(dir.path.string());
+    Registry r = with_tombstones(3);
+    store.save_changes(r);
+    r.end_session("x", "end", t0);
+    store.save_changes(r);
+    const auto old_journal = read_text(store.journal_path());
+    r.forget_session("x");
+    store.save(r.persisted());  // a compaction
+    std::ofstream(store.journal_path(), std::ios::trunc) << old_journal;
+    PersistedState back = store.load();
+    BOOST_TEST(back.sessions.size() == 3u);  // "x" stays forgotten
+    BOOST_REQUIRE(back.warnings.size() == 1u);
+    BOOST_TEST(back.warnings[0].find("another snapshot") != std::string::npos, back.warnings[0]);
+}
+
+// The state file of the version before the journal (Poco's indented JSON, no generation)
+// loads as it is, and the first save turns it into a snapshot with a journal.
+BOOST_AUTO_TEST_CASE(a_state_file_of_the_previous_version_loads) {
+    TempDir dir;
+    StateStore store(dir.path.string());
+    write(store.path(), R"({
+ "pending_reaps" : [
+  {
+   "container" : "0123abcd",
+   "failures" : 4,
+   "name" : "web-1",
+   "reason" : "session_ended",
+   "session" : "ended"
+  }
+ ],
+ "sessions" : [
+  {
+   "held_lease" : true,
+   "id" : "leased"
+  },
+  {
+   "ended_at_ms" : 1796040000250,
+   "end_reason" : "lease_expired",
+   "held_lease" : false,
+   "id" : "ended"
+  }
+ ],
+ "version" : 1
+}
+)");
+    PersistedState back = store.load();
+    BOOST_REQUIRE(back.sessions.size() == 2u);
+    BOOST_TEST(back.sessions[0].held_lease);
+    BOOST_TEST((*back.sessions[1].ended_at == t0));
+    BOOST_REQUIRE(back.pending.size() == 1u);
+    BOOST_TEST(back.pending[0].failures == 4u);
+    Registry r;
+    r.restore(back, std::chrono::seconds{10}, t0);
+    store.save_changes(r);
+    BOOST_TEST(fs::exists(store.journal_path()));
+    BOOST_TEST(store.load().sessions.size() == 2u);
+}
+
+// Appends to a journal that is no longer at its path (the state dir moved, removed or
+// replaced under the daemon) would vanish: the next save writes a snapshot there instead,
+// or fails for all to see.
+BOOST_AUTO_TEST_CASE(a_journal_removed_under_the_store_is_not_appended_to) {
+    TempDir dir;
+    StateStore store(dir.path.string());
+    Registry r = with_tombstones(2);
+    store.save_changes(r);
+    fs::remove(store.journal_path());
+    r.end_session("x", "end", t0);
+    store.save_changes(r);
+    BOOST_TEST(store.stats().compactions == 2u);
+    BOOST_TEST(store.load().sessions.size() == 3u);
+    fs::remove_all(dir.path);
+    write(dir.path, "not a directory\n");
+    r.end_session("y", "end", t0);
+    BOOST_CHECK_THROW(store.save_changes(r), std::runtime_error);
+    BOOST_TEST(r.changed_sessions.count("y") == 1u);  // kept for the next try
+    fs::remove(dir.path);
+    fs::create_directory(dir.path);
+    store.save_changes(r);
+    BOOST_TEST(store.load().sessions.size() == 4u);
 }

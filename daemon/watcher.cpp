@@ -6,6 +6,14 @@
 
 namespace reaperd {
 
+namespace {
+
+// The event of a container, network or volume being removed: Docker says "destroy", Podman
+// "remove" (and a filter on "destroy" matches nothing there).
+bool is_removal(const std::string& action) { return action == "destroy" || action == "remove"; }
+
+}  // namespace
+
 Watcher::Watcher(reaper::Engine& engine, WatcherOptions options, Sink sink)
     : engine_(engine), sink_(std::move(sink)), options_(options) {}
 
@@ -57,8 +65,8 @@ void Watcher::run() {
             // Subscribe before listing, so nothing that happens during the list is missed;
             // events about containers the list already had are harmless repeats.
             reaper::EventsOptions events_options;
-            events_options.filters = {{"type", {"container"}},
-                                      {"event", {"create", "start", "destroy"}}};
+            events_options.filters = {{"type", {"container", "network", "volume"}},
+                                      {"event", {"create", "start", "destroy", "remove"}}};
             std::unique_ptr<reaper::EventStream> stream = engine_.events(events_options);
             {
                 std::lock_guard lock(mutex_);
@@ -80,6 +88,10 @@ void Watcher::run() {
             }
             failures = 0;
             while (auto event = stream->next()) {
+                if (event->type == "network" || event->type == "volume") {
+                    object_event(*event);
+                    continue;
+                }
                 if (event->type != "container") continue;
                 if (event->action == "create" || event->action == "start") {
                     // A start is reported again: the engine sets LogPath only then.
@@ -91,7 +103,7 @@ void Watcher::run() {
                     } catch (const reaper::NotFound&) {
                         // Created and destroyed before we looked: nothing to track.
                     }
-                } else if (event->action == "destroy") {
+                } else if (is_removal(event->action)) {
                     if (known_.erase(event->id)) sink_(watch::Gone{event->id});
                 }
             }
@@ -160,6 +172,46 @@ void Watcher::list_and_reconcile() {
         }
     }
     sink_(watch::Listed{std::move(ids)});
+    list_objects();
+}
+
+// Networks and volumes, after the containers: the loop then knows which containers still
+// hold them. Their lists carry the labels, so nothing is inspected here.
+void Watcher::list_objects() {
+    watch::ObjectsListed networks{ObjectKind::network, {}};
+    for (auto& n : engine_.list_networks({}))
+        networks.objects.push_back({{ObjectKind::network, n.id}, n.name, std::move(n.labels)});
+    watch::ObjectsListed volumes{ObjectKind::volume, {}};
+    for (auto& v : engine_.list_volumes({}))
+        volumes.objects.push_back({{ObjectKind::volume, v.name}, v.name, std::move(v.labels)});
+    sink_(std::move(networks));
+    sink_(std::move(volumes));
+}
+
+// A network's or volume's create (inspected: its event carries no labels) or removal
+// (Docker says "destroy", Podman "remove").
+void Watcher::object_event(const reaper::Event& event) {
+    const ObjectRef ref{event.type == "network" ? ObjectKind::network : ObjectKind::volume, event.id};
+    if (is_removal(event.action)) {
+        sink_(watch::ObjectGone{ref});
+    } else if (event.action == "create") {
+        try {
+            watch::Object object{ref, "", {}};
+            if (ref.kind == ObjectKind::network) {
+                auto n = engine_.inspect_network(ref.id);
+                object.ref.id = n.id;
+                object.name = n.name;
+                object.labels = std::move(n.labels);
+            } else {
+                auto v = engine_.inspect_volume(ref.id);
+                object.name = v.name;
+                object.labels = std::move(v.labels);
+            }
+            sink_(watch::ObjectAppeared{std::move(object)});
+        } catch (const reaper::NotFound&) {
+            // Created and removed before we looked.
+        }
+    }
 }
 
 }  // namespace reaperd

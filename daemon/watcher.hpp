@@ -1,11 +1,13 @@
-// The engine watcher: one thread that lists every container, then follows the engine's
-// container events, and starts over (re-list, reconcile) after any stream drop, engine
-// restart, or when asked to resync. Events alone are never trusted for completeness: the
+// The engine watcher: one thread that lists every container, network and volume, then
+// follows the engine's events for them, and starts over (re-list, reconcile) after any
+// stream drop, engine restart, or when asked to resync. Events alone are never trusted for completeness: the
 // engine replays only its last 256. It never gives up while the engine is down; it reports
 // what it sees to a sink (the main loop's queue) and decides nothing. An engine outside the
 // client's API versions is reported as such (not as down), and asked again with the same
 // backoff: it may be upgraded or downgraded while reaperd runs.
 #pragma once
+
+#include "guard.hpp"  // ObjectRef
 
 #include <reaper/engine.hpp>
 
@@ -39,10 +41,25 @@ struct Gone {                       // a container the engine no longer has
 struct Listed {                     // a full list finished: exactly these ids exist now
     std::set<std::string> ids;
 };
+struct Object {                     // a network or volume, with its labels
+    ObjectRef ref;
+    std::string name;
+    reaper::Labels labels;
+};
+struct ObjectAppeared {             // a network or volume just created (inspected)
+    Object object;
+};
+struct ObjectGone {                 // a network or volume the engine no longer has
+    ObjectRef ref;
+};
+struct ObjectsListed {              // a full list of networks or volumes: exactly these exist
+    ObjectKind kind;                // (sent after the containers' Listed of the same pass)
+    std::vector<Object> objects;
+};
 }  // namespace watch
 using WatchEvent =
     std::variant<watch::EngineUp, watch::EngineDown, watch::EngineUnsupported, watch::Appeared, watch::Gone,
-                 watch::Listed>;
+                 watch::Listed, watch::ObjectAppeared, watch::ObjectGone, watch::ObjectsListed>;
 
 struct WatcherOptions {
     std::chrono::milliseconds retry_initial{1000};
@@ -69,6 +86,8 @@ public:
 private:
     void run();
     void list_and_reconcile();
+    void list_objects();
+    void object_event(const reaper::Event& event);
     bool sleep_for(std::chrono::milliseconds delay);  // false when stopping
 
     reaper::Engine& engine_;

@@ -77,6 +77,23 @@ BOOST_AUTO_TEST_CASE(lists_then_follows_events) {
     BOOST_TEST(engine.open_streams() == 0u);
 }
 
+// Podman reports a removal as "remove", never "destroy": the watcher subscribes to both (the
+// fake, as the engines do, sends only the events the subscription names).
+BOOST_AUTO_TEST_CASE(a_container_removed_on_podman_is_gone_as_on_docker) {
+    FakeEngine engine;
+    engine.add("docker-style", {});
+    engine.add("podman-style", {});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    engine.drop("docker-style", "destroy");
+    engine.drop("podman-style", "remove");
+    BOOST_TEST(rec.wait([&] { return rec.gone("docker-style") && rec.gone("podman-style"); }));
+    BOOST_TEST(rec.count<watch::Listed>() == 1u);  // seen in the events, not by a re-list
+    watcher.stop();
+}
+
 BOOST_AUTO_TEST_CASE(a_broken_stream_reconnects_and_relists) {
     FakeEngine engine;
     Recorder rec;
@@ -177,5 +194,70 @@ BOOST_AUTO_TEST_CASE(an_engine_that_will_not_give_its_info_is_still_watched) {
     watcher.start();
     BOOST_TEST(rec.wait([&] { return rec.appeared("a"); }));
     BOOST_TEST(rec.count<watch::EngineDown>() == 0u);
+    watcher.stop();
+}
+
+// Networks and volumes: listed after the containers (their lists carry the labels), then
+// followed by their create (inspected) and destroy events; a re-list reconciles them.
+BOOST_AUTO_TEST_CASE(networks_and_volumes_are_listed_after_containers_then_followed) {
+    FakeEngine engine;
+    const std::string net(64, 'a'), late(64, 'b');
+    engine.add("c", {{"reaperd.session", "s"}});
+    engine.add_network(net, {{"reaperd.session", "s"}});
+    engine.add_volume("plain", {});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    {
+        std::lock_guard lock(rec.mutex);
+        std::vector<std::string> order;
+        for (auto& e : rec.events) {
+            if (std::holds_alternative<watch::Listed>(e)) order.push_back("containers");
+            if (auto* l = std::get_if<watch::ObjectsListed>(&e)) {
+                order.push_back(std::string(to_string(l->kind)) + "s");
+                BOOST_REQUIRE(l->objects.size() == 1u);
+                if (l->kind == ObjectKind::network) {
+                    BOOST_TEST(l->objects[0].ref.id == net);
+                    BOOST_TEST(l->objects[0].labels.at("reaperd.session") == "s");
+                } else {
+                    BOOST_TEST(l->objects[0].ref.id == "plain");
+                }
+            }
+        }
+        BOOST_TEST((order == std::vector<std::string>{"containers", "networks", "volumes"}));
+    }
+    auto object_appeared = [&](const std::string& id) {
+        std::lock_guard lock(rec.mutex);
+        for (auto& e : rec.events)
+            if (auto* a = std::get_if<watch::ObjectAppeared>(&e); a && a->object.ref.id == id)
+                return a->object.labels.count("reaperd.session") == 1;
+        return false;
+    };
+    auto object_gone = [&](const std::string& id) {
+        std::lock_guard lock(rec.mutex);
+        for (auto& e : rec.events)
+            if (auto* g = std::get_if<watch::ObjectGone>(&e); g && g->ref.id == id) return true;
+        return false;
+    };
+    engine.add_network(late, {{"reaperd.session", "t"}});
+    engine.add_volume("data", {{"reaperd.session", "t"}});
+    BOOST_TEST(rec.wait([&] { return object_appeared(late) && object_appeared("data"); }));
+    engine.remove_network(late);  // by someone else: its destroy event
+    engine.remove_volume("data");
+    BOOST_TEST(rec.wait([&] { return object_gone(late) && object_gone("data"); }));
+    watcher.stop();
+    BOOST_TEST(engine.open_streams() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_network_or_volume_list_is_retried_like_the_containers) {
+    FakeEngine engine;
+    engine.fail("list_volumes", "", {test::server_error()});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    BOOST_TEST(rec.count<watch::EngineDown>() == 1u);
+    BOOST_TEST(rec.count<watch::ObjectsListed>() == 2u);  // from the pass that worked only
     watcher.stop();
 }

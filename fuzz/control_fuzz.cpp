@@ -27,13 +27,26 @@ void request(const std::string& line) {
     FUZZ_CHECK(again.op == parsed.op);
     FUZZ_CHECK(again.session == parsed.session);
     FUZZ_CHECK(again.container == parsed.container);
+    FUZZ_CHECK(again.proxy == parsed.proxy);
+    FUZZ_CHECK(again.labelled == parsed.labelled);
 }
 
+// Whatever a reply says, what parses encodes to one line that parses back to the same fields.
 void reply(const std::string& line) {
+    reaper::control::Reply parsed;
     try {
-        reaper::control::parse_reply(line);
+        parsed = reaper::control::parse_reply(line);
     } catch (const reaper::control::ProtocolViolation&) {
+        return;
     }
+    const auto again = reaper::control::parse_reply(without_newline(reaper::control::encode_reply(parsed)));
+    FUZZ_CHECK(again.ok == parsed.ok);
+    FUZZ_CHECK(again.owned == parsed.owned);
+    FUZZ_CHECK(again.queued == parsed.queued);
+    FUZZ_CHECK(again.known == parsed.known);
+    FUZZ_CHECK(again.ready == parsed.ready);
+    FUZZ_CHECK(again.reaps_queued == parsed.reaps_queued);
+    FUZZ_CHECK(again.remaining == parsed.remaining);
 }
 
 // The daemon quotes client input in its error replies; whatever that input was, the reply

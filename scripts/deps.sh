@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes
   systemd debootstrap lintian
   podman runc  # scripts/test-podman.sh: a private Podman engine (README, Supported engines)
+  prometheus  # prometheus_test: a real Prometheus scrapes reaperd; promtool lints the exposition
 )
 
 missing=()
@@ -23,7 +24,8 @@ if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  # docker.io's postinst may try to start the system dockerd; the tests never use it.
+  # docker.io's and prometheus' postinsts may try to start their system services; the tests
+  # never use them (each test starts its own engine and its own Prometheus).
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "deps: all present"

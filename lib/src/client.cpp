@@ -224,6 +224,10 @@ int docker_status_of(int status, const std::string& message) {
     if (status != 500) return status;
     if (message.ends_with(": container state improper")) return 409;
     if (message.ends_with(": no such container")) return 404;
+    // Networks and volumes: libpod's ErrNoSuchNetwork/ErrNoSuchVolume, ErrNetworkInUse and
+    // ErrVolumeBeingUsed.
+    if (message.ends_with(": no such network") || message.ends_with(": no such volume")) return 404;
+    if (message.ends_with(": network is being used") || message.ends_with(": volume is being used")) return 409;
     return status;
 }
 
@@ -879,38 +883,83 @@ int Client::wait(const std::string& id, std::chrono::milliseconds timeout) {
 }
 
 int Client::exec(const std::string& id, const std::vector<std::string>& cmd, std::chrono::milliseconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + timeout;
+    auto did_not_finish = [&] {
+        return Timeout(0, "", "exec in " + id + " did not finish within " + std::to_string(timeout.count()) + " ms");
+    };
+    auto time_left = [&] {
+        auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+        return Poco::Timespan(left.count() > 1000 ? left.count() : 1000);  // Poco takes 0 as "no limit"
+    };
+    // Attached, on both engines: the start's answer is the command's output, which ends when
+    // the command ends. A detached exec would have to be polled, and Podman 4.3 reports a
+    // detached one Running for ever; with nothing attached, Docker ends the start at once.
     Object body;
     body.set("Cmd", string_array(cmd));
-    body.set("AttachStdout", false);
-    body.set("AttachStderr", false);
+    body.set("AttachStdout", true);
+    body.set("AttachStderr", true);
     auto created = parse_object(impl_->call("POST", "/containers/" + url_encode(id) + "/exec", stringify(body), {201}).body,
                                 "POST /containers/" + id + "/exec");
-    auto exec_id = str(created, "Id");
-    Object start;
-    start.set("Detach", true);
-    impl_->call("POST", "/exec/" + url_encode(exec_id) + "/start", stringify(start), {200, 204});
-    // Detached, so we poll for the exit code rather than hijack the connection.
-    for (;;) {
-        auto o = parse_object(impl_->call("GET", "/exec/" + url_encode(exec_id) + "/json").body, "GET /exec/json");
-        if (!boolean(o, "Running") && !o->isNull("ExitCode") && o->has("ExitCode")) return num<int>(o, "ExitCode");
-        if (std::chrono::steady_clock::now() >= deadline) {
-            throw Timeout(0, "", "exec in " + id + " did not finish within " + std::to_string(timeout.count()) + " ms");
+    const std::string exec_path = "/exec/" + url_encode(str(created, "Id"));
+    const std::string start_path = exec_path + "/start";
+    const std::string start_body = R"({"Detach":false,"Tty":false})";
+    const std::string version = impl_->api_version();
+    // The engine answers 200 and then takes the connection over: the output follows, framed
+    // by neither a length nor chunks, until the engine closes it. It is read and dropped, each
+    // read bounded by the time left, so neither a silent nor an endless command outlasts
+    // `timeout`.
+    auto connection = impl_->borrow();
+    try {
+        connection->socket.setSendTimeout(time_left());
+        connection->socket.setReceiveTimeout(time_left());
+        HTTPRequest request(HTTPRequest::HTTP_POST, "/v" + version + start_path, HTTPRequest::HTTP_1_1);
+        request.setHost("docker");
+        request.setContentType("application/json");
+        request.setContentLength(static_cast<std::streamsize>(start_body.size()));
+        connection->http->sendRequest(request) << start_body << std::flush;
+        HTTPResponse response;
+        auto& in = connection->http->receiveResponse(response);
+        if (response.getStatus() != HTTPResponse::HTTP_OK) {
+            std::string text;
+            Poco::StreamCopier::copyToString(in, text);
+            Impl::throw_error_for(response.getStatus(), engine_message_of(text), "POST " + start_path);
         }
+        in.exceptions(std::ios::badbit);  // a failed read rethrows its cause
+        char dropped[16 * 1024];
+        while (in.get() != std::char_traits<char>::eof()) {  // one socket read at a time
+            in.readsome(dropped, sizeof dropped);
+            if (Clock::now() >= deadline) throw did_not_finish();
+            connection->socket.setReceiveTimeout(time_left());
+        }
+    } catch (const Poco::TimeoutException&) {
+        impl_->give_back(std::move(connection), false);
+        if (impl_->is_closed()) throw ClientClosed(0, "", "POST " + start_path + ": the engine client was closed");
+        throw did_not_finish();
+    } catch (...) {
+        impl_->give_back(std::move(connection), false);
+        impl_->rethrow_io_error("POST " + start_path);
+    }
+    impl_->give_back(std::move(connection), false);  // the engine closed it
+    // The output can close a moment before the engine has the exit code.
+    const std::string inspect_path = exec_path + "/json";
+    for (;;) {
+        auto o = parse_object(impl_->call("GET", inspect_path).body, "GET " + inspect_path);
+        if (!boolean(o, "Running") && !o->isNull("ExitCode") && o->has("ExitCode")) return num<int>(o, "ExitCode");
+        if (Clock::now() >= deadline) throw did_not_finish();
         std::this_thread::sleep_for(std::chrono::milliseconds{20});
     }
 }
 
 void Client::import_image(std::istream& tar, const std::string& reference) {
-    std::string repo = reference, tag = "latest";
+    // The tag goes inside `repo` ("name:tag"), as the docker CLI sends it: Docker takes the
+    // tag from either place, Podman 4.3 ignores a separate `tag=` and names the image :latest.
+    std::string repo = reference;
     auto colon = reference.rfind(':');
-    if (colon != std::string::npos && reference.find('/', colon) == std::string::npos) {
-        repo = reference.substr(0, colon);
-        tag = reference.substr(colon + 1);
-    }
+    if (colon == std::string::npos || reference.find('/', colon) != std::string::npos) repo += ":latest";
     std::string body((std::istreambuf_iterator<char>(tar)), std::istreambuf_iterator<char>());
-    auto response = impl_->call("POST", "/images/create?fromSrc=-&repo=" + url_encode(repo) + "&tag=" + url_encode(tag),
-                                body, {200}, std::nullopt, "application/x-tar");
+    auto response = impl_->call("POST", "/images/create?fromSrc=-&repo=" + url_encode(repo), body, {200}, std::nullopt,
+                                "application/x-tar");
     // Import reports failures inside a 200 progress stream, one JSON object per line: in
     // "errorDetail": {"message"}, and until API 1.48 also in "error", which later engines may
     // leave out (deprecated in 1.48's swagger).
@@ -950,6 +999,83 @@ std::unique_ptr<EventStream> Client::events(const EventsOptions& options) {
             if (attempt > 0 || !impl_->options.pinned_api_version.empty() || impl_->api_version() == version) throw;
         }
     }
+}
+
+// ---- networks and volumes ---------------------------------------------------------------
+
+namespace {
+
+NetworkInfo network_of(const Object::Ptr& o) {
+    NetworkInfo n;
+    n.id = str(o, "Id");
+    n.name = str(o, "Name");
+    n.driver = str(o, "Driver");
+    n.created = str(o, "Created");
+    n.labels = string_map(o->getObject("Labels"));
+    if (auto containers = o->getObject("Containers"))
+        for (const auto& [id, endpoint] : *containers) n.containers.push_back(id);
+    return n;
+}
+
+VolumeInfo volume_of(const Object::Ptr& o) {
+    VolumeInfo v;
+    v.name = str(o, "Name");
+    v.driver = str(o, "Driver");
+    v.created = str(o, "CreatedAt");
+    v.labels = string_map(o->getObject("Labels"));
+    return v;
+}
+
+std::string filters_query(const Filters& filters) {
+    return filters.empty() ? std::string() : "?filters=" + url_encode(encode_filters(filters));
+}
+
+}  // namespace
+
+std::vector<NetworkInfo> Client::list_networks(const Filters& filters) {
+    auto array = parse_array(impl_->call("GET", "/networks" + filters_query(filters)).body, "GET /networks");
+    std::vector<NetworkInfo> result;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+        auto o = array->getObject(static_cast<unsigned>(i));
+        if (!o) throw ProtocolError(200, "", "GET /networks: an entry is not an object");
+        result.push_back(network_of(o));
+    }
+    return result;
+}
+
+NetworkInfo Client::inspect_network(const std::string& id) {
+    auto what = "GET /networks/" + id;
+    auto n = network_of(parse_object(impl_->call("GET", "/networks/" + url_encode(id)).body, what));
+    if (n.id.empty()) throw ProtocolError(200, "", what + ": the engine returned no Id");
+    return n;
+}
+
+void Client::remove_network(const std::string& id) {
+    impl_->call("DELETE", "/networks/" + url_encode(id), "", {200, 204});
+}
+
+std::vector<VolumeInfo> Client::list_volumes(const Filters& filters) {
+    auto o = parse_object(impl_->call("GET", "/volumes" + filters_query(filters)).body, "GET /volumes");
+    std::vector<VolumeInfo> result;
+    if (auto volumes = o->getArray("Volumes")) {  // null when there are none
+        for (std::size_t i = 0; i < volumes->size(); ++i) {
+            auto v = volumes->getObject(static_cast<unsigned>(i));
+            if (!v) throw ProtocolError(200, "", "GET /volumes: an entry is not an object");
+            result.push_back(volume_of(v));
+        }
+    }
+    return result;
+}
+
+VolumeInfo Client::inspect_volume(const std::string& name) {
+    auto what = "GET /volumes/" + name;
+    auto v = volume_of(parse_object(impl_->call("GET", "/volumes/" + url_encode(name)).body, what));
+    if (v.name.empty()) throw ProtocolError(200, "", what + ": the engine returned no Name");
+    return v;
+}
+
+void Client::remove_volume(const std::string& name) {
+    impl_->call("DELETE", "/volumes/" + url_encode(name), "", {204});
 }
 
 }  // namespace reaper

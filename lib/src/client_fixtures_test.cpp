@@ -172,6 +172,14 @@ private:
                 target.erase(0, target.find('/', 1));
             auto bytes = handler_(r.method, target, r.body);
             if (::write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) return;
+            // A body framed by neither a length nor chunks ends where the connection does (the
+            // engine's answer to an attached exec start).
+            const std::string reply_head = bytes.substr(0, bytes.find("\r\n\r\n"));
+            if (reply_head.find("Content-Length:") == std::string::npos &&
+                reply_head.find("Transfer-Encoding: chunked") == std::string::npos) {
+                ::shutdown(fd, SHUT_RDWR);
+                return;
+            }
         }
     }
 
@@ -370,8 +378,11 @@ BOOST_AUTO_TEST_CASE(event_stream_reads_the_recorded_stream) {
 BOOST_AUTO_TEST_CASE(exec_reads_the_exit_code) {
     FixtureEngine engine(with_version([](auto& method, auto& target, auto&) {
         if (method == "POST" && target == "/containers/" + pg_id + "/exec") return reply(201, fixture("exec-create.json"));
-        // A detached start answers 200 with an empty body.
-        if (method == "POST" && target == "/exec/" + exec_id + "/start") return reply(200, "");
+        // An attached start takes the connection over: 200, the output multiplexed (here one
+        // stderr frame of 5 bytes), then the engine closes it.
+        if (method == "POST" && target == "/exec/" + exec_id + "/start")
+            return "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\nApi-Version: 1.52\r\n\r\n" +
+                   std::string("\x02\0\0\0\0\0\0\x05", 8) + "nope\n";
         if (method == "GET" && target == "/exec/" + exec_id + "/json") return reply(200, fixture("exec-inspect.json"));
         return std::string();
     }));
@@ -381,7 +392,11 @@ BOOST_AUTO_TEST_CASE(exec_reads_the_exit_code) {
     BOOST_TEST_REQUIRE(requests.size() >= 4u);
     auto create = parse(requests[1].body);
     BOOST_TEST(create->getArray("Cmd")->size() == 3u);
-    BOOST_TEST(parse(requests[2].body)->getValue<bool>("Detach"));
+    BOOST_TEST(create->getValue<bool>("AttachStdout"));
+    BOOST_TEST(create->getValue<bool>("AttachStderr"));
+    BOOST_TEST(requests[2].target == "/v1.52/exec/" + exec_id + "/start");
+    BOOST_TEST(!parse(requests[2].body)->getValue<bool>("Detach"));
+    BOOST_TEST(!parse(requests[2].body)->getValue<bool>("Tty"));
 }
 
 BOOST_AUTO_TEST_CASE(wait_reads_the_status_code) {
@@ -458,8 +473,17 @@ BOOST_AUTO_TEST_CASE(import_accepts_the_recorded_stream) {
     std::istringstream tar(std::string(1024, '\0'));
     BOOST_CHECK_NO_THROW(client.import_image(tar, "reaper-rootfs:1"));
     auto sent = engine.requests().back();
-    BOOST_TEST(sent.target == "/v1.52/images/create?fromSrc=-&repo=reaper-rootfs&tag=1");
+    // The tag inside repo=, as the docker CLI sends it: Podman ignores a separate tag=.
+    BOOST_TEST(sent.target == "/v1.52/images/create?fromSrc=-&repo=reaper-rootfs%3A1");
     BOOST_TEST(sent.body.size() == 1024u);
+    // No tag is :latest; a registry's port is not a tag.
+    for (auto [reference, repo] : {std::pair{"reaper-rootfs", "reaper-rootfs%3Alatest"},
+                                   std::pair{"localhost:5000/rootfs", "localhost%3A5000%2Frootfs%3Alatest"},
+                                   std::pair{"localhost:5000/rootfs:2", "localhost%3A5000%2Frootfs%3A2"}}) {
+        std::istringstream again(std::string(1024, '\0'));
+        client.import_image(again, reference);
+        BOOST_TEST(engine.requests().back().target == std::string("/v1.52/images/create?fromSrc=-&repo=") + repo);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(import_reports_an_error_inside_the_stream) {

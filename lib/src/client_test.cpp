@@ -691,6 +691,71 @@ BOOST_AUTO_TEST_CASE(connections_are_reused_not_reopened) {
     BOOST_TEST(client.open_connections() == 0u);
 }
 
+// ---- exec ------------------------------------------------------------------------------
+// Started attached on both engines: Podman 4.3 reports a detached exec Running for ever.
+
+namespace {
+// The engine's answer to an attached exec start: it takes the connection over and sends the
+// command's output until the command ends, then closes it (no length, no chunks).
+const std::string attached_exec_head = "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n";
+
+// One frame of the multiplexed output: the stream (1 stdout, 2 stderr), three zero bytes, the
+// length in 4 big-endian bytes, the bytes.
+std::string output_frame(char stream, const std::string& text) {
+    std::string frame{stream, 0, 0, 0};
+    for (int shift : {24, 16, 8, 0}) frame += static_cast<char>((text.size() >> shift) & 0xff);
+    return frame + text;
+}
+
+// An engine with one running container c1 whose exec e1 is started with `start`.
+FakeEngine::Script exec_script(Scripted start, std::function<std::string()> inspect = {}) {
+    return [start, inspect](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) return Scripted{version_reply};
+        if (line.find("POST /v1.41/containers/c1/exec ") == 0) return Scripted{http(201, R"({"Id":"e1"})")};
+        if (line.find("POST /v1.41/exec/e1/start ") == 0) return start;
+        if (line.find("GET /v1.41/exec/e1/json ") == 0 && inspect) return Scripted{http(200, inspect())};
+        return Scripted{http(404, R"({"message":"page not found"})")};
+    };
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(exec_reads_the_output_to_its_end_then_the_exit_code) {
+    std::atomic<int> inspects{0};
+    FakeEngine fake(exec_script(
+        {attached_exec_head + output_frame(1, "out\n") + output_frame(2, "err\n"), false, true},
+        // The output can close a moment before the engine has the exit code.
+        [&] { return ++inspects == 1 ? R"({"Running":true,"ExitCode":0})" : R"({"Running":false,"ExitCode":3})"; }));
+    Client client(fake.options());
+    BOOST_TEST(client.exec("c1", {"sh", "-c", "exit 3"}, 5s) == 3);
+    BOOST_TEST(inspects == 2);
+    auto requests = fake.requests();
+    BOOST_TEST(std::count(requests.begin(), requests.end(), "POST /v1.41/exec/e1/start HTTP/1.1") == 1);
+}
+
+BOOST_AUTO_TEST_CASE(an_exec_that_outlives_its_timeout_is_a_timeout_at_its_deadline) {
+    // Some output, then nothing, the connection held open: a command that never ends.
+    FakeEngine fake(exec_script({attached_exec_head + output_frame(1, "starting\n"), true}));
+    Client client(fake.options(5000ms));
+    client.api_version();
+    auto start = std::chrono::steady_clock::now();
+    try {
+        client.exec("c1", {"sleep", "1000"}, 300ms);
+        BOOST_FAIL("the exec returned");
+    } catch (const Timeout& e) {
+        BOOST_TEST(std::string(e.what()).find("did not finish within 300 ms") != std::string::npos, e.what());
+    }
+    auto took = std::chrono::steady_clock::now() - start;
+    BOOST_TEST(took >= 300ms);
+    BOOST_TEST(took < 1500ms);  // its own deadline, not the 5 s request timeout
+    BOOST_TEST(client.open_connections() == 0u);  // the engine took it over: not kept
+}
+
+BOOST_AUTO_TEST_CASE(an_exec_start_the_engine_refuses_is_its_typed_error) {
+    FakeEngine fake(exec_script({http(409, R"({"message":"container c1 is not running"})")}));
+    Client client(fake.options());
+    BOOST_CHECK_THROW(client.exec("c1", {"true"}, 5s), Conflict);
+}
+
 // ---- event streams ---------------------------------------------------------------------
 
 namespace {

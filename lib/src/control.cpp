@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -156,20 +158,89 @@ std::string string_field(const Poco::JSON::Object& object, const std::string& na
     return value.extract<std::string>();
 }
 
+bool bool_field(const Poco::JSON::Object& object, const std::string& name) {
+    const auto value = object.get(name);
+    if (!value.isBoolean()) throw ProtocolViolation("field \"" + name + "\" must be a boolean");
+    return value.extract<bool>();
+}
+
+// Poco gives JSON numbers as Int64, UInt64 or double; a bool also says isInteger().
+std::optional<std::uint64_t> as_count(const Poco::Dynamic::Var& value) {
+    if (value.isEmpty() || value.isBoolean() || value.isString() || !value.isInteger()) return std::nullopt;
+    if (value.isSigned()) {
+        const auto n = value.convert<std::int64_t>();
+        if (n < 0) return std::nullopt;
+        return static_cast<std::uint64_t>(n);
+    }
+    return value.convert<std::uint64_t>();
+}
+
+std::uint64_t count_field(const Poco::JSON::Object& object, const std::string& name) {
+    const auto count = as_count(object.get(name));
+    if (!count) throw ProtocolViolation("field \"" + name + "\" must be a non-negative integer");
+    return *count;
+}
+
+// {"<kind>": n, ...}
+KindCounts kind_counts_field(const Poco::JSON::Object& object, const std::string& name) {
+    const auto inner = object.getObject(name);
+    if (!inner) throw ProtocolViolation("field \"" + name + "\" must be an object of counts");
+    KindCounts counts;
+    for (const auto& [kind, value] : *inner) {
+        const auto count = as_count(value);
+        if (!count) {
+            throw ProtocolViolation("field \"" + name + "\": " + quoted(kind) +
+                                    " must be a non-negative integer");
+        }
+        counts[kind] = *count;
+    }
+    return counts;
+}
+
+// The request fields this side knows. A field not named here is ignored (a newer client's);
+// one named here that the op does not take is an error.
+enum Field : unsigned {
+    session_field = 1u << 0,
+    container_field = 1u << 1,
+    proxy_field = 1u << 2,
+    counts_fields = 1u << 3,  // containers_labelled, networks_labelled, volumes_labelled
+};
+
+struct CountField {
+    const char* name;
+    std::uint64_t LabelledCounts::*member;
+};
+constexpr std::array<CountField, 3> count_fields{{
+    {"containers_labelled", &LabelledCounts::containers},
+    {"networks_labelled", &LabelledCounts::networks},
+    {"volumes_labelled", &LabelledCounts::volumes},
+}};
+
+std::optional<Field> known_field(const std::string& name) {
+    if (name == "session") return session_field;
+    if (name == "container") return container_field;
+    if (name == "proxy") return proxy_field;
+    for (const auto& field : count_fields) {
+        if (name == field.name) return counts_fields;
+    }
+    return std::nullopt;
+}
+
 struct OpSpec {
     Op op;
     const char* name;
-    bool takes_session;
-    bool requires_session;
-    bool takes_container;
+    unsigned takes;  // Field bits
+    unsigned needs;  // Field bits
 };
 
-constexpr std::array<OpSpec, 5> op_specs{{
-    {Op::Lease, "lease", true, true, false},
-    {Op::End, "end", true, true, false},
-    {Op::Orphan, "orphan", true, false, true},
-    {Op::Status, "status", false, false, false},
-    {Op::Metrics, "metrics", false, false, false},
+constexpr std::array<OpSpec, 7> op_specs{{
+    {Op::Lease, "lease", session_field | proxy_field | counts_fields, session_field},
+    {Op::Update, "update", counts_fields, 0},
+    {Op::End, "end", session_field, session_field},
+    {Op::Orphan, "orphan", session_field | container_field, container_field},
+    {Op::Session, "session", session_field, session_field},
+    {Op::Status, "status", 0, 0},
+    {Op::Metrics, "metrics", 0, 0},
 }};
 
 const OpSpec& spec_of(Op op) {
@@ -315,8 +386,10 @@ public:
         } catch (const ProtocolViolation& e) {
             throw ControlError(failure(std::string("garbled reply: ") + e.what()));
         }
-        if (!reply.ok) throw ErrorReply("reaperd refused " + std::string(to_string(request.op)) +
-                                        ": " + reply.error);
+        if (!reply.ok) {
+            auto message = "reaperd refused " + std::string(to_string(request.op)) + ": " + reply.error;
+            throw ErrorReply(message, std::move(reply));
+        }
         return reply;
     }
 
@@ -365,7 +438,8 @@ private:
 
 class SocketLease final : public Lease {
 public:
-    explicit SocketLease(Poco::Net::StreamSocket socket) : socket_(std::move(socket)) {}
+    SocketLease(Poco::Net::StreamSocket socket, std::string path)
+        : socket_(std::move(socket)), fd_(socket_.impl()->sockfd()), path_(std::move(path)) {}
     ~SocketLease() override { release(); }
 
     void release() noexcept override {
@@ -380,9 +454,12 @@ public:
     }
 
     bool alive() const override {
-        std::lock_guard lock(mutex_);
+        // An update in progress holds the lock: the connection is in use, and the daemon's
+        // answer, not a close, may be what is readable. Its outcome tells soon enough.
+        std::unique_lock lock(mutex_, std::try_to_lock);
+        if (!lock.owns_lock()) return !released_;
         if (released_) return false;
-        pollfd p{socket_.impl()->sockfd(), POLLIN, 0};
+        pollfd p{fd_, POLLIN, 0};
         const int ready = ::poll(&p, 1, 0);
         if (ready <= 0) return true;
         if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return false;
@@ -390,31 +467,112 @@ public:
         const auto n = ::recv(p.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n == 0) return false;
         if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-        // The daemon sends nothing on a lease connection; bytes mean it wrote an error
-        // reply before closing.
+        // The daemon sends nothing on a lease connection unasked; bytes mean it wrote an
+        // error reply before closing.
         return false;
     }
 
-    int native_handle() const noexcept override {
+    int native_handle() const noexcept override { return released_ ? -1 : fd_; }
+
+    void update(const LabelledCounts& labelled, std::chrono::milliseconds timeout) override {
+        update(labelled, timeout, -1);
+    }
+
+    // As above; once `cancel_fd` (when not -1) becomes readable, cancel_grace is left for the
+    // answer, then AttemptCancelled.
+    void update(const LabelledCounts& labelled, std::chrono::milliseconds timeout, int cancel_fd) {
         std::lock_guard lock(mutex_);
-        return released_ ? -1 : socket_.impl()->sockfd();
+        if (released_) throw std::logic_error("update on a released lease");
+        Request request;
+        request.op = Op::Update;
+        request.labelled = labelled;
+        const auto line = encode_request(request);
+        auto deadline = Clock::now() + timeout;
+        bool cancelled = false;
+        const auto wait_for = [&](short events) {
+            for (;;) {
+                const auto left =
+                    std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+                if (left <= 0) {
+                    if (cancelled) throw AttemptCancelled{};
+                    throw DaemonUnreachable(failure("timed out waiting for the answer to an update"));
+                }
+                std::array<pollfd, 2> fds{{{fd_, events, 0}, {cancelled ? -1 : cancel_fd, POLLIN, 0}}};
+                const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(left));
+                if (ready < 0 && errno != EINTR) throw DaemonUnreachable(failure("poll: " + errno_text(errno)));
+                if (fds[0].revents != 0) return;
+                if (fds[1].revents != 0) {
+                    cancelled = true;
+                    deadline = std::min(deadline, Clock::now() + cancel_grace);
+                }
+            }
+        };
+        for (std::size_t sent = 0; sent < line.size();) {
+            const auto n = ::send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n >= 0) {
+                sent += static_cast<std::size_t>(n);
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                wait_for(POLLOUT);
+            } else if (errno != EINTR) {
+                throw DaemonUnreachable(failure(errno_text(errno)));
+            }
+        }
+        std::string answer;
+        std::array<char, 512> buffer;
+        for (;;) {
+            wait_for(POLLIN);
+            const auto n = ::recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+            if (n == 0) throw DaemonUnreachable(failure("the daemon closed the lease"));
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+                throw DaemonUnreachable(failure(errno_text(errno)));
+            }
+            const std::string_view chunk(buffer.data(), static_cast<std::size_t>(n));
+            const auto end = chunk.find('\n');
+            answer.append(chunk.substr(0, end));
+            if (answer.size() > max_message_bytes) throw ControlError(failure("answer to an update too long"));
+            if (end != std::string_view::npos) break;
+        }
+        Reply reply;
+        try {
+            reply = parse_reply(answer);
+        } catch (const ProtocolViolation& e) {
+            throw ControlError(failure(std::string("garbled reply: ") + e.what()));
+        }
+        if (!reply.ok) {
+            auto message = "reaperd refused update: " + reply.error;
+            throw ErrorReply(message, std::move(reply));
+        }
     }
 
 private:
-    mutable std::mutex mutex_;
+    std::string failure(const std::string& what) const {
+        return "talking to reaperd at " + path_ + ": " + what;
+    }
+
+    mutable std::mutex mutex_;  // held for an update's whole exchange
     Poco::Net::StreamSocket socket_;
-    bool released_ = false;
+    const int fd_;
+    const std::string path_;
+    std::atomic<bool> released_{false};  // written under mutex_
 };
 
-// Takes a lease on one new connection; the wait for the reply ends early (AttemptCancelled)
-// when `cancel_fd` becomes readable (after cancel_grace at most).
-std::unique_ptr<Lease> take_lease(const std::string& path, std::chrono::milliseconds timeout,
-                                  const std::string& session, int cancel_fd) {
-    const Request request{Op::Lease, session, {}};
+// Takes a lease (plain, or with a proxy and its counts) on one new connection; the wait for
+// the reply ends early (AttemptCancelled) when `cancel_fd` becomes readable (after
+// cancel_grace at most).
+std::unique_ptr<SocketLease> take_lease(const std::string& path, std::chrono::milliseconds timeout,
+                                        const Request& request, int cancel_fd) {
     encode_request(request);  // an invalid session id fails before connecting
     Connection connection(path, timeout);
     connection.exchange(request, cancel_fd);
-    return std::make_unique<SocketLease>(connection.socket());
+    return std::make_unique<SocketLease>(connection.socket(), path);
+}
+
+Request lease_request(const std::string& session, bool proxy, const LabelledCounts& labelled) {
+    Request request{Op::Lease, session, {}};
+    request.proxy = proxy;
+    if (proxy) request.labelled = labelled;
+    return request;
 }
 
 // A descriptor closed by its destructor.
@@ -477,32 +635,47 @@ Request parse_request(std::string_view line) {
     }
     if (spec == nullptr) {
         throw ProtocolViolation("unknown op " + quoted(op_name) +
-                                "; expected lease, end, orphan, status or metrics");
+                                "; expected lease, update, end, orphan, session, status or metrics");
     }
     for (const auto& [name, value] : *object) {
-        const bool known = name == "op" || (name == "session" && spec->takes_session) ||
-                           (name == "container" && spec->takes_container);
-        if (!known) {
+        const auto field = known_field(name);
+        if (field && (spec->takes & *field) == 0) {
             throw ProtocolViolation("unexpected field " + quoted(name) + " for op \"" +
                                     spec->name + "\"");
         }
     }
+    const auto needs = [&](Field field, const char* name) {
+        if ((spec->needs & field) != 0) {
+            throw ProtocolViolation(std::string("op \"") + spec->name + "\" needs a \"" + name +
+                                    "\" field");
+        }
+    };
     Request request;
     request.op = spec->op;
-    if (spec->takes_session && object->has("session")) {
+    if ((spec->takes & session_field) != 0 && object->has("session")) {
         request.session = string_field(*object, "session");
         validate_session_id(request.session);
-    } else if (spec->requires_session) {
-        throw ProtocolViolation(std::string("op \"") + spec->name +
-                                "\" needs a \"session\" field");
+    } else {
+        needs(session_field, "session");
     }
-    if (spec->takes_container) {
-        if (!object->has("container")) {
-            throw ProtocolViolation(std::string("op \"") + spec->name +
-                                    "\" needs a \"container\" field");
-        }
+    if ((spec->takes & container_field) != 0 && object->has("container")) {
         request.container = string_field(*object, "container");
         validate_container(request.container);
+    } else {
+        needs(container_field, "container");
+    }
+    if ((spec->takes & proxy_field) != 0 && object->has("proxy")) {
+        request.proxy = bool_field(*object, "proxy");
+    }
+    if ((spec->takes & counts_fields) != 0) {
+        for (const auto& field : count_fields) {
+            if (!object->has(field.name)) continue;
+            request.labelled.*field.member = count_field(*object, field.name);
+            if ((spec->takes & proxy_field) != 0 && !request.proxy) {
+                throw ProtocolViolation(std::string("field \"") + field.name +
+                                        "\" needs \"proxy\":true");
+            }
+        }
     }
     return request;
 }
@@ -511,17 +684,34 @@ std::string encode_request(const Request& request) {
     const auto& spec = spec_of(request.op);
     Poco::JSON::Object object(Poco::JSON_PRESERVE_KEY_ORDER);
     object.set("op", std::string(spec.name));
-    if (spec.takes_container) {
+    if ((spec.takes & container_field) != 0) {
         validate_container(request.container);
         object.set("container", request.container);
     } else if (!request.container.empty()) {
         throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no container");
     }
-    if (spec.requires_session || (spec.takes_session && !request.session.empty())) {
+    if ((spec.needs & session_field) != 0 ||
+        ((spec.takes & session_field) != 0 && !request.session.empty())) {
         validate_session_id(request.session);
         object.set("session", request.session);
     } else if (!request.session.empty()) {
         throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no session");
+    }
+    if ((spec.takes & proxy_field) != 0) {
+        if (request.proxy) object.set("proxy", true);
+    } else if (request.proxy) {
+        throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no proxy");
+    }
+    const bool counts = (spec.takes & counts_fields) != 0 &&
+                        ((spec.takes & proxy_field) == 0 || request.proxy);
+    if (counts) {
+        for (const auto& field : count_fields) {
+            object.set(field.name, static_cast<Poco::UInt64>(request.labelled.*field.member));
+        }
+    } else if (request.labelled != LabelledCounts{}) {
+        throw ProtocolViolation(std::string("op \"") + spec.name +
+                                "\" takes no counts" +
+                                ((spec.takes & proxy_field) != 0 ? " without a proxy" : ""));
     }
     return one_line(stringify(object));
 }
@@ -535,6 +725,43 @@ std::string encode_error(std::string_view message) {
     std::string text(message);
     if (invalid_utf8_at(text) != std::string::npos) text = quoted(text);
     object.set("error", text);
+    return one_line(stringify(object));
+}
+
+std::string encode_reply(const Reply& reply) {
+    Poco::JSON::Object object(Poco::JSON_PRESERVE_KEY_ORDER);
+    object.set("ok", reply.ok);
+    if (!reply.ok) {
+        std::string text = reply.error;
+        if (invalid_utf8_at(text) != std::string::npos) text = quoted(text);
+        object.set("error", text);
+    }
+    const auto text = [&](const char* name, const std::string& value) {
+        if (value.empty()) return;
+        // Container names and states come from the engine; keep the reply valid UTF-8.
+        object.set(name, invalid_utf8_at(value) == std::string::npos ? value : quoted(value));
+    };
+    const auto flag = [&](const char* name, const std::optional<bool>& value) {
+        if (value) object.set(name, *value);
+    };
+    const auto counts = [&](const char* name, const std::optional<KindCounts>& value) {
+        if (!value) return;
+        Poco::JSON::Object inner(Poco::JSON_PRESERVE_KEY_ORDER);
+        for (const auto& [kind, count] : *value) inner.set(kind, static_cast<Poco::UInt64>(count));
+        object.set(name, inner);
+    };
+    text("container", reply.container);
+    text("name", reply.name);
+    text("session", reply.session);
+    flag("owned", reply.owned);
+    flag("queued", reply.queued);
+    flag("known", reply.known);
+    flag("already_ended", reply.already_ended);
+    text("state", reply.state);
+    flag("ready", reply.ready);
+    flag("dry_run", reply.dry_run);
+    counts("reaps_queued", reply.reaps_queued);
+    counts("remaining", reply.remaining);
     return one_line(stringify(object));
 }
 
@@ -564,19 +791,60 @@ Reply parse_reply(std::string_view line) {
     if (!ok.isBoolean()) throw ProtocolViolation("reply has no boolean \"ok\" field");
     Reply reply;
     reply.ok = ok.extract<bool>();
-    if (!reply.ok) {
-        reply.error = object->has("error") ? string_field(*object, "error")
-                                           : std::string("(no error message)");
-        return reply;
+    reply.json = stringify(*object);
+    const auto reply_field = [](const ProtocolViolation& e) {
+        return ProtocolViolation(std::string("reply ") + e.what());
+    };
+    try {
+        if (!reply.ok) {
+            reply.error = object->has("error") ? string_field(*object, "error")
+                                               : std::string("(no error message)");
+        }
+        if (object->has("status")) {
+            const auto status = object->getObject("status");
+            if (!status) throw ProtocolViolation("field \"status\" must be an object");
+            reply.status_json = stringify(*status);
+        }
+        if (object->has("metrics")) reply.metrics = string_field(*object, "metrics");
+        for (auto [name, member] : {std::pair{"container", &Reply::container},
+                                    std::pair{"name", &Reply::name},
+                                    std::pair{"session", &Reply::session},
+                                    std::pair{"state", &Reply::state}}) {
+            if (object->has(name)) reply.*member = string_field(*object, name);
+        }
+        for (auto [name, member] : {std::pair{"owned", &Reply::owned},
+                                    std::pair{"queued", &Reply::queued},
+                                    std::pair{"known", &Reply::known},
+                                    std::pair{"already_ended", &Reply::already_ended},
+                                    std::pair{"ready", &Reply::ready},
+                                    std::pair{"dry_run", &Reply::dry_run}}) {
+            if (object->has(name)) reply.*member = bool_field(*object, name);
+        }
+        if (object->has("reaps_queued")) reply.reaps_queued = kind_counts_field(*object, "reaps_queued");
+        if (object->has("remaining")) reply.remaining = kind_counts_field(*object, "remaining");
+    } catch (const ProtocolViolation& e) {
+        throw reply_field(e);
     }
-    if (object->has("status")) {
-        const auto status = object->getObject("status");
-        if (!status) throw ProtocolViolation("reply field \"status\" must be an object");
-        reply.status_json = stringify(*status);
-    }
-    if (object->has("metrics")) reply.metrics = string_field(*object, "metrics");
     return reply;
 }
+
+std::uint64_t Reply::remaining_total() const {
+    std::uint64_t total = 0;
+    if (remaining) {
+        for (const auto& [kind, count] : *remaining) total += count;
+    }
+    return total;
+}
+
+bool Reply::nothing_remains() const {
+    return ok && ready.value_or(false) && remaining && remaining_total() == 0;
+}
+
+ErrorReply::ErrorReply(const std::string& what)
+    : ControlError(what), reply_(std::make_shared<const Reply>(Reply{.error = what})) {}
+
+ErrorReply::ErrorReply(const std::string& what, Reply reply)
+    : ControlError(what), reply_(std::make_shared<const Reply>(std::move(reply))) {}
 
 std::string socket_path_from_environment() {
     const char* path = std::getenv("REAPERD_SOCKET");
@@ -587,19 +855,30 @@ ControlClient::ControlClient(std::string socket_path, std::chrono::milliseconds 
     : socket_path_(std::move(socket_path)), timeout_(timeout) {}
 
 std::unique_ptr<Lease> ControlClient::lease(const std::string& session) {
-    return take_lease(socket_path_, timeout_, session, -1);
+    return take_lease(socket_path_, timeout_, lease_request(session, false, {}), -1);
 }
 
-void ControlClient::end(const std::string& session) {
+std::unique_ptr<Lease> ControlClient::proxy_lease(const std::string& session,
+                                                  const LabelledCounts& labelled) {
+    return take_lease(socket_path_, timeout_, lease_request(session, true, labelled), -1);
+}
+
+Reply ControlClient::end(const std::string& session) {
     Request request{Op::End, session, {}};
     encode_request(request);
-    Connection(socket_path_, timeout_).exchange(request);
+    return Connection(socket_path_, timeout_).exchange(request);
 }
 
-void ControlClient::report_orphan(const std::string& container_id, const std::string& session) {
+Reply ControlClient::report_orphan(const std::string& container_id, const std::string& session) {
     Request request{Op::Orphan, session, container_id};
     encode_request(request);
-    Connection(socket_path_, timeout_).exchange(request);
+    return Connection(socket_path_, timeout_).exchange(request);
+}
+
+Reply ControlClient::session(const std::string& session) {
+    Request request{Op::Session, session, {}};
+    encode_request(request);
+    return Connection(socket_path_, timeout_).exchange(request);
 }
 
 std::string ControlClient::status_json() {
@@ -627,7 +906,8 @@ const char* to_string(LeaseEvent event) {
 
 // The keeper's thread and what it shares with the owner. lease_ is written only under
 // mutex_ (by start() before the thread exists, then by the thread, then by stop() after the
-// join); the thread reads it without the lock since no one else writes it meanwhile.
+// join); the thread reads it without the lock since no one else writes it meanwhile. The
+// counts reported are shared under counts_mutex_; what was sent is the thread's own.
 class LeaseKeeper::Worker {
 public:
     Worker(const ControlClient& client, const std::string& session, const LeaseKeeperOptions& options)
@@ -635,17 +915,22 @@ public:
           timeout_(client.timeout()),
           session_(session),
           options_(options),
-          wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-        if (wake_.get() < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+          wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+          counts_changed_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+        if (wake_.get() < 0 || counts_changed_.get() < 0) {
+            throw std::system_error(errno, std::generic_category(), "eventfd");
+        }
     }
     ~Worker() { stop(); }
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
 
     std::exception_ptr start() {
+        if (started_) throw std::logic_error("the lease keeper for " + session_ + " was already started");
+        started_ = true;
         std::exception_ptr failure;
         try {
-            auto lease = take_lease(path_, timeout_, session_, -1);
+            auto lease = take(-1);
             std::lock_guard lock(mutex_);
             lease_ = std::move(lease);
         } catch (const ControlError&) {
@@ -660,6 +945,16 @@ public:
     bool holds() const {
         std::lock_guard lock(mutex_);
         return lease_ && lease_->alive();
+    }
+
+    void report(const LabelledCounts& labelled) {
+        if (!options_.proxy) return;
+        {
+            std::lock_guard lock(counts_mutex_);
+            if (counts_ == labelled) return;
+            counts_ = labelled;
+        }
+        ::eventfd_write(counts_changed_.get(), 1);
     }
 
     void stop() noexcept {
@@ -682,20 +977,21 @@ private:
         auto next_attempt = Clock::now() + retry;
         for (;;) {
             if (lease_) {
-                if (!wait_for_loss()) return;
+                if (!hold()) return;
                 {
                     std::lock_guard lock(mutex_);
                     lease_.reset();
                 }
                 notify(LeaseEvent::Lost, nullptr);
                 failing = false;
+                plain_only_ = false;  // the daemon may have been upgraded meanwhile
                 retry = options_.first_retry;
                 next_attempt = Clock::now() + retry;
                 continue;
             }
             if (!sleep_until(next_attempt)) return;
             try {
-                auto lease = take_lease(path_, timeout_, session_, wake_.get());
+                auto lease = take(wake_.get());
                 {
                     std::lock_guard lock(mutex_);
                     lease_ = std::move(lease);
@@ -712,14 +1008,82 @@ private:
         }
     }
 
-    // Waits until the lease's connection closes (true) or stop() is called (false).
-    bool wait_for_loss() const {
+    LabelledCounts reported() const {
+        std::lock_guard lock(counts_mutex_);
+        return counts_;
+    }
+
+    bool sends_counts() const { return options_.proxy && !plain_only_; }
+
+    // One attempt; a proxy's lease request carries the counts so far. A daemon older than
+    // proxies refuses the field (and closes): a plain lease then, without counts.
+    std::unique_ptr<SocketLease> take(int cancel_fd) {
+        if (sends_counts()) {
+            const auto counts = reported();
+            try {
+                auto lease = take_lease(path_, timeout_, lease_request(session_, true, counts), cancel_fd);
+                sent_ = counts;
+                last_sent_ = Clock::now();
+                return lease;
+            } catch (const ErrorReply& e) {
+                if (e.reply().error.find("unexpected field \"proxy\"") == std::string::npos) throw;
+                plain_only_ = true;
+            }
+        }
+        return take_lease(path_, timeout_, lease_request(session_, false, {}), cancel_fd);
+    }
+
+    // Sends changed counts; false when that failed (the lease is gone or in doubt).
+    bool send(const LabelledCounts& counts, std::chrono::milliseconds timeout) {
+        try {
+            lease_->update(counts, timeout, wake_.get());
+            sent_ = counts;
+            last_sent_ = Clock::now();
+            return true;
+        } catch (...) {
+            // Refused (the daemon closed the lease), unreachable, timed out or cancelled.
+            return false;
+        }
+    }
+
+    // Holds the lease until its connection closes or an update fails (true), or stop() is
+    // called (false, after sending counts that changed since the last update). Changed counts
+    // go out at most once per update_interval.
+    bool hold() {
         for (;;) {
-            std::array<pollfd, 2> fds{{{lease_->native_handle(), POLLIN, 0}, {wake_.get(), POLLIN, 0}}};
-            if (::poll(fds.data(), fds.size(), -1) < 0) continue;  // EINTR
-            if (fds[1].revents != 0) return false;
+            int timeout_ms = -1;
+            if (sends_counts()) {
+                const auto counts = reported();
+                if (counts != sent_) {
+                    const auto now = Clock::now();
+                    const auto due = last_sent_ + options_.update_interval;
+                    if (now >= due) {
+                        if (!send(counts, timeout_)) return !stopping();
+                        continue;
+                    }
+                    timeout_ms = static_cast<int>(
+                        std::chrono::ceil<std::chrono::milliseconds>(due - now).count());
+                }
+            }
+            std::array<pollfd, 3> fds{{{lease_->native_handle(), POLLIN, 0},
+                                       {wake_.get(), POLLIN, 0},
+                                       {counts_changed_.get(), POLLIN, 0}}};
+            if (::poll(fds.data(), fds.size(), timeout_ms) < 0) continue;  // EINTR
+            if (fds[1].revents != 0) {
+                if (sends_counts() && reported() != sent_) send(reported(), cancel_grace);
+                return false;
+            }
+            if (fds[2].revents != 0) {
+                eventfd_t drained;
+                ::eventfd_read(counts_changed_.get(), &drained);
+            }
             if (fds[0].revents != 0 && !lease_->alive()) return true;
         }
+    }
+
+    bool stopping() const {
+        pollfd wake{wake_.get(), POLLIN, 0};
+        return ::poll(&wake, 1, 0) > 0;
     }
 
     // Sleeps until `when` (true) or until stop() is called (false).
@@ -746,29 +1110,34 @@ private:
     const std::chrono::milliseconds timeout_;
     const std::string session_;
     const LeaseKeeperOptions options_;
-    UniqueFd wake_;  // written once by stop(); the thread polls it in every wait
+    UniqueFd wake_;            // written once by stop(); the thread polls it in every wait
+    UniqueFd counts_changed_;  // written by report() when the counts change
     mutable std::mutex mutex_;
-    std::unique_ptr<Lease> lease_;
+    std::unique_ptr<SocketLease> lease_;
+    mutable std::mutex counts_mutex_;
+    LabelledCounts counts_;  // the latest reported; guarded by counts_mutex_
+    // The thread's own (start() writes them before the thread exists):
+    LabelledCounts sent_;    // what the daemon last acknowledged
+    Clock::time_point last_sent_{};
+    bool plain_only_ = false;  // the daemon refused "proxy": it is older than proxies
+    bool started_ = false;     // the owner's
     std::thread thread_;
 };
 
 LeaseKeeper::LeaseKeeper(ControlClient client, std::string session, LeaseKeeperOptions options)
     : client_(std::move(client)), session_(std::move(session)), options_(std::move(options)) {
     validate_session_id(session_);
+    worker_ = std::make_unique<Worker>(client_, session_, options_);
 }
 
 LeaseKeeper::~LeaseKeeper() { stop(); }
 
-std::exception_ptr LeaseKeeper::start() {
-    if (worker_) throw std::logic_error("the lease keeper for " + session_ + " was already started");
-    worker_ = std::make_unique<Worker>(client_, session_, options_);
-    return worker_->start();
-}
+std::exception_ptr LeaseKeeper::start() { return worker_->start(); }
 
-bool LeaseKeeper::holds() const { return worker_ && worker_->holds(); }
+bool LeaseKeeper::holds() const { return worker_->holds(); }
 
-void LeaseKeeper::stop() noexcept {
-    if (worker_) worker_->stop();
-}
+void LeaseKeeper::report_labelled(const LabelledCounts& labelled) { worker_->report(labelled); }
+
+void LeaseKeeper::stop() noexcept { worker_->stop(); }
 
 }  // namespace reaper::control

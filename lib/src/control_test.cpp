@@ -1,5 +1,7 @@
 #include "reaper/control.hpp"
 
+#include "fake_control_server_test_support.hpp"
+
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
@@ -147,6 +149,11 @@ BOOST_AUTO_TEST_CASE(valid_requests_parse) {
         {" { \"op\" : \"metrics\" } \r", control::Op::Metrics, "", ""},
         {R"({"op":"lease","session":"org.testcontainers/x:y@z"})", control::Op::Lease,
          "org.testcontainers/x:y@z", ""},
+        {R"({"op":"session","session":"s-2"})", control::Op::Session, "s-2", ""},
+        {R"({"op":"update","containers_labelled":2})", control::Op::Update, "", ""},
+        // Fields this side does not know are a newer client's: ignored.
+        {R"({"op":"lease","session":"s","extra":1,"nested":{"a":1}})", control::Op::Lease, "s", ""},
+        {R"({"op":"status","all":true})", control::Op::Status, "", ""},
     };
     for (const auto& c : cases) {
         BOOST_TEST_CONTEXT(c.line) {
@@ -184,8 +191,21 @@ BOOST_AUTO_TEST_CASE(malformed_requests_name_the_problem) {
         {R"({"op":"lease","session":"a\u0000b"})", "session id"},
         {R"({"op":"lease","session":"caf\u00e9"})", "non-ASCII"},
         {R"({"op":"lease","session":")" + long_session + "\"}", "bytes long"},
-        {R"({"op":"lease","session":"s","extra":1})", "unexpected field \"extra\""},
         {R"({"op":"status","session":"s"})", "unexpected field \"session\""},
+        {R"({"op":"update","session":"s"})", "unexpected field \"session\" for op \"update\""},
+        {R"({"op":"end","session":"s","proxy":true})", "unexpected field \"proxy\" for op \"end\""},
+        {R"({"op":"session","session":"s","containers_labelled":1})", "unexpected field \"containers_labelled\""},
+        {R"({"op":"session"})", "op \"session\" needs a \"session\" field"},
+        {R"({"op":"lease","session":"s","proxy":"yes"})", "field \"proxy\" must be a boolean"},
+        {R"({"op":"lease","session":"s","proxy":1})", "field \"proxy\" must be a boolean"},
+        {R"({"op":"lease","session":"s","containers_labelled":1})", "field \"containers_labelled\" needs \"proxy\":true"},
+        {R"({"op":"lease","session":"s","proxy":false,"volumes_labelled":1})", "field \"volumes_labelled\" needs \"proxy\":true"},
+        {R"({"op":"update","containers_labelled":-1})", "field \"containers_labelled\" must be a non-negative integer"},
+        {R"({"op":"update","networks_labelled":1.5})", "field \"networks_labelled\" must be a non-negative integer"},
+        {R"({"op":"update","volumes_labelled":"2"})", "field \"volumes_labelled\" must be a non-negative integer"},
+        {R"({"op":"update","volumes_labelled":true})", "field \"volumes_labelled\" must be a non-negative integer"},
+        {R"({"op":"update","volumes_labelled":null})", "field \"volumes_labelled\" must be a non-negative integer"},
+        {R"({"op":"update","containers_labelled":1e3})", "field \"containers_labelled\" must be a non-negative integer"},
         {R"({"op":"end","session":"s","container":"c"})", "unexpected field \"container\""},
         {R"({"op":"lease","session":{"a":{"b":{"c":1}}}})", "not valid JSON"},
         {std::string("{\"op\":\"lease\",\"session\":\"\xff\xfe\"}"), "not valid UTF-8"},
@@ -205,14 +225,22 @@ BOOST_AUTO_TEST_CASE(malformed_requests_name_the_problem) {
 }
 
 BOOST_AUTO_TEST_CASE(encode_then_parse_round_trips) {
-    const std::vector<control::Request> requests{
+    std::vector<control::Request> requests{
         {control::Op::Lease, "s1", ""},
         {control::Op::End, "s\"2\\", ""},
         {control::Op::Orphan, "", "c1"},
         {control::Op::Orphan, "s3", "c2"},
+        {control::Op::Session, "s4", ""},
         {control::Op::Status, "", ""},
         {control::Op::Metrics, "", ""},
     };
+    control::Request proxy_lease{control::Op::Lease, "s5", ""};
+    proxy_lease.proxy = true;
+    proxy_lease.labelled = {3, 1, 18446744073709551615ull};
+    requests.push_back(proxy_lease);
+    control::Request update{control::Op::Update, "", ""};
+    update.labelled = {7, 0, 2};
+    requests.push_back(update);
     for (const auto& request : requests) {
         const auto line = control::encode_request(request);
         BOOST_TEST(line.back() == '\n');
@@ -221,7 +249,15 @@ BOOST_AUTO_TEST_CASE(encode_then_parse_round_trips) {
         BOOST_TEST(static_cast<int>(parsed.op) == static_cast<int>(request.op));
         BOOST_TEST(parsed.session == request.session);
         BOOST_TEST(parsed.container == request.container);
+        BOOST_TEST(parsed.proxy == request.proxy);
+        BOOST_TEST((parsed.labelled == request.labelled));
     }
+    BOOST_TEST(control::encode_request(proxy_lease) ==
+               "{\"op\":\"lease\",\"session\":\"s5\",\"proxy\":true,\"containers_labelled\":3,"
+               "\"networks_labelled\":1,\"volumes_labelled\":18446744073709551615}\n");
+    // A plain lease says nothing of proxies: what an older daemon understands.
+    BOOST_TEST(control::encode_request({control::Op::Lease, "s6", ""}) ==
+               "{\"op\":\"lease\",\"session\":\"s6\"}\n");
 }
 
 BOOST_AUTO_TEST_CASE(encode_rejects_invalid_requests) {
@@ -233,6 +269,89 @@ BOOST_AUTO_TEST_CASE(encode_rejects_invalid_requests) {
                       control::ProtocolViolation);
     BOOST_CHECK_THROW(control::encode_request({control::Op::Status, "s", ""}),
                       control::ProtocolViolation);
+    BOOST_CHECK_THROW(control::encode_request({control::Op::Session, "", ""}),
+                      control::ProtocolViolation);
+    control::Request counts_without_proxy{control::Op::Lease, "s", ""};
+    counts_without_proxy.labelled.containers = 1;
+    BOOST_CHECK_THROW(control::encode_request(counts_without_proxy), control::ProtocolViolation);
+    control::Request proxy_on_end{control::Op::End, "s", ""};
+    proxy_on_end.proxy = true;
+    BOOST_CHECK_THROW(control::encode_request(proxy_on_end), control::ProtocolViolation);
+}
+
+BOOST_AUTO_TEST_CASE(replies_carry_what_happened) {
+    control::Reply orphan;
+    orphan.ok = true;
+    orphan.container = std::string(64, 'f');
+    orphan.name = "web";
+    orphan.session = "s1";
+    orphan.owned = true;
+    orphan.queued = true;
+    const auto orphan_line = control::encode_reply(orphan);
+    BOOST_TEST(orphan_line == "{\"ok\":true,\"container\":\"" + std::string(64, 'f') +
+                                  "\",\"name\":\"web\",\"session\":\"s1\",\"owned\":true,\"queued\":true}\n");
+    auto parsed = control::parse_reply(std::string_view(orphan_line).substr(0, orphan_line.size() - 1));
+    BOOST_TEST(parsed.container == orphan.container);
+    BOOST_TEST(parsed.owned.value());
+    BOOST_TEST(parsed.queued.value());
+    BOOST_TEST(!parsed.known.has_value());
+    BOOST_TEST(parsed.json + "\n" == orphan_line);
+
+    control::Reply end;
+    end.ok = true;
+    end.session = "s1";
+    end.known = true;
+    end.already_ended = false;
+    end.dry_run = false;
+    end.reaps_queued = control::KindCounts{{"containers", 2}, {"networks", 0}};
+    const auto end_line = control::encode_reply(end);
+    BOOST_TEST(end_line == "{\"ok\":true,\"session\":\"s1\",\"known\":true,\"already_ended\":false,"
+                           "\"dry_run\":false,\"reaps_queued\":{\"containers\":2,\"networks\":0}}\n");
+    parsed = control::parse_reply(std::string_view(end_line).substr(0, end_line.size() - 1));
+    BOOST_TEST((parsed.reaps_queued == end.reaps_queued));
+    BOOST_TEST(!parsed.already_ended.value());
+
+    // A refusal keeps its fields too.
+    control::Reply refused;
+    refused.error = "container web (abc) carries no session label";
+    refused.container = "abc";
+    refused.owned = false;
+    parsed = control::parse_reply(control::encode_reply(refused).substr(0, control::encode_reply(refused).size() - 1));
+    BOOST_TEST(!parsed.ok);
+    BOOST_TEST(parsed.error == refused.error);
+    BOOST_TEST(parsed.container == "abc");
+    BOOST_TEST(!parsed.owned.value());
+
+    // The session reply, and what `end --wait` waits for.
+    parsed = control::parse_reply(R"({"ok":true,"session":"s","known":true,"state":"ended","ready":true,)"
+                                  R"("remaining":{"containers":0,"networks":1,"volumes":0,"images":0}})");
+    BOOST_TEST(parsed.state == "ended");
+    BOOST_TEST(parsed.remaining_total() == 1u);
+    BOOST_TEST(!parsed.nothing_remains());
+    parsed = control::parse_reply(R"({"ok":true,"ready":true,"remaining":{"containers":0,"networks":0}})");
+    BOOST_TEST(parsed.nothing_remains());
+    parsed = control::parse_reply(R"({"ok":true,"ready":false,"remaining":{"containers":0}})");
+    BOOST_TEST(!parsed.nothing_remains());  // not listed yet: 0 proves nothing
+    parsed = control::parse_reply(R"({"ok":true,"ready":true})");
+    BOOST_TEST(!parsed.nothing_remains());  // says nothing about what is left
+    BOOST_TEST(!control::parse_reply(R"({"ok":true})").nothing_remains());
+
+    // Fields a client does not know are ignored; known ones of the wrong type are named.
+    BOOST_TEST(control::parse_reply(R"({"ok":true,"future":{"x":[1]}})").ok);
+    const std::vector<std::pair<std::string, std::string>> bad{
+        {R"({"ok":true,"owned":"yes"})", "reply field \"owned\" must be a boolean"},
+        {R"({"ok":true,"container":7})", "reply field \"container\" must be a string"},
+        {R"({"ok":true,"remaining":[1]})", "reply field \"remaining\" must be an object of counts"},
+        {R"({"ok":true,"remaining":{"containers":-1}})", "reply field \"remaining\": \"containers\" must be a non-negative integer"},
+        {R"({"ok":true,"reaps_queued":{"containers":"2"}})", "reply field \"reaps_queued\""},
+        {R"({"ok":true,"status":[]})", "reply field \"status\" must be an object"},
+    };
+    for (const auto& [line, fragment] : bad) {
+        BOOST_TEST_CONTEXT(line) {
+            const auto message = message_of<control::ProtocolViolation>([&] { control::parse_reply(line); });
+            BOOST_TEST(message.find(fragment) != std::string::npos, message);
+        }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(replies_encode_and_parse) {
@@ -316,17 +435,23 @@ BOOST_AUTO_TEST_CASE(requests_and_replies_over_the_socket) {
         }
     });
     control::ControlClient client(daemon.path());
-    client.end("s1");
+    BOOST_TEST(!client.end("s1").known.has_value());  // an older daemon's {"ok":true}
     client.report_orphan("c1", "s1");
     client.report_orphan("c2", "");
     BOOST_TEST(client.status_json() == R"({"sessions":[]})");
     BOOST_TEST(client.metrics_text() == "m 1\n");
     const auto refused = message_of<control::ErrorReply>([&] { client.end("refused"); });
     BOOST_TEST(refused.find("no such luck") != std::string::npos, refused);
+    try {
+        client.end("refused");
+    } catch (const control::ErrorReply& e) {
+        BOOST_TEST(e.reply().error == "no such luck");
+        BOOST_TEST(e.reply().json == R"({"ok":false,"error":"no such luck"})");
+    }
     BOOST_CHECK_THROW(client.end("bad id"), control::ProtocolViolation);
 
     const auto requests = daemon.requests();
-    BOOST_REQUIRE(requests.size() == 6u);
+    BOOST_REQUIRE(requests.size() == 7u);
     BOOST_TEST(requests[0] == R"({"op":"end","session":"s1"})");
     BOOST_TEST(requests[1] == R"({"op":"orphan","container":"c1","session":"s1"})");
     BOOST_TEST(requests[2] == R"({"op":"orphan","container":"c2"})");
@@ -614,6 +739,127 @@ BOOST_AUTO_TEST_CASE(the_keeper_thread_blocks_every_signal) {
     BOOST_REQUIRE(eventually([&] { return (mask = blocked_signals_of_thread("reaper-lease")).has_value(); }));
     for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD, SIGPIPE, SIGALRM})
         BOOST_TEST((*mask >> (signal - 1) & 1u) == 1u, "signal " << signal << " is not blocked");
+}
+
+
+// ---- a keeper whose holder runs a labelling proxy (reaperctl run --own) ------------------------
+namespace {
+
+using reaper::test::FakeControlServer;
+
+std::vector<control::Request> of_op(const std::vector<control::Request>& requests, control::Op op) {
+    std::vector<control::Request> found;
+    for (const auto& r : requests)
+        if (r.op == op) found.push_back(r);
+    return found;
+}
+
+control::LeaseKeeperOptions proxy_options(std::chrono::milliseconds interval) {
+    control::LeaseKeeperOptions options;
+    options.proxy = true;
+    options.update_interval = interval;
+    return options;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_proxys_counts_reach_the_daemon_at_most_once_per_interval_and_at_stop) {
+    FakeControlServer daemon;
+    control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "own", proxy_options(300ms));
+    keeper.report_labelled({1, 0, 0});  // before start(): the lease request carries it
+    BOOST_CHECK(!keeper.start());
+    auto requests = daemon.requests();
+    BOOST_REQUIRE(requests.size() == 1u);
+    BOOST_TEST(requests[0].proxy);
+    BOOST_TEST((requests[0].labelled == control::LabelledCounts{1, 0, 0}));
+
+    // A burst of creates: one update, with the latest counts, once the interval has passed.
+    bool held_throughout = true;
+    for (std::uint64_t n = 2; n <= 21; ++n) {
+        keeper.report_labelled({n, 0, 0});
+        held_throughout = held_throughout && keeper.holds();
+        std::this_thread::sleep_for(10ms);
+    }
+    BOOST_REQUIRE(FakeControlServer::eventually([&] {
+        auto updates = of_op(daemon.requests(), control::Op::Update);
+        return !updates.empty() && updates.back().labelled.containers == 21;
+    }));
+    std::this_thread::sleep_for(400ms);  // nothing changed: nothing more is sent
+    const auto updates = of_op(daemon.requests(), control::Op::Update);
+    const auto times = daemon.request_times();
+    BOOST_TEST(updates.size() == 1u);
+    const auto first_update_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(times[1] - times[0]).count();
+    BOOST_TEST_MESSAGE("the burst's update came " << first_update_ms << " ms after the lease (interval 300 ms)");
+    BOOST_TEST(first_update_ms >= 290);
+    BOOST_TEST(held_throughout);
+    BOOST_TEST(keeper.holds());
+
+    // The last counts go out when the keeper stops, interval or not, before the lease goes.
+    keeper.report_labelled({22, 1, 1});
+    const auto start = Clock::now();
+    keeper.stop();
+    BOOST_TEST(ms_since(start) < 100);
+    requests = daemon.requests();
+    BOOST_TEST((requests.back().op == control::Op::Update));
+    BOOST_TEST((requests.back().labelled == control::LabelledCounts{22, 1, 1}));
+    BOOST_TEST(FakeControlServer::eventually([&] { return daemon.leases_held("own") == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(a_proxy_lease_taken_again_carries_the_latest_counts) {
+    const auto dir = make_temp_dir();
+    const auto path = dir + "/control.sock";
+    auto daemon = std::make_unique<FakeControlServer>(path);
+    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "again", proxy_options(50ms));
+    BOOST_CHECK(!keeper.start());
+    keeper.report_labelled({2, 0, 0});
+    BOOST_REQUIRE(FakeControlServer::eventually(
+        [&] { return of_op(daemon->requests(), control::Op::Update).size() == 1; }));
+    daemon.reset();  // reaperd stops; the proxy labels more meanwhile
+    keeper.report_labelled({3, 1, 0});
+    daemon = std::make_unique<FakeControlServer>(path);
+    BOOST_REQUIRE(FakeControlServer::eventually([&] { return keeper.holds(); }));
+    std::this_thread::sleep_for(200ms);
+    const auto requests = daemon->requests();
+    BOOST_REQUIRE(requests.size() == 1u);  // the lease says it all: no update needed
+    BOOST_TEST(requests[0].proxy);
+    BOOST_TEST((requests[0].labelled == control::LabelledCounts{3, 1, 0}));
+    keeper.stop();
+    daemon.reset();
+    std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(an_older_daemon_gets_a_plain_lease_and_no_counts) {
+    FakeControlServer daemon;
+    daemon.refuse_proxies();
+    Events events;
+    auto options = proxy_options(20ms);
+    options.observer = events.options().observer;
+    control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "old", options);
+    BOOST_CHECK(!keeper.start());  // no failure: the lease is held
+    BOOST_TEST(keeper.holds());
+    keeper.report_labelled({5, 0, 0});
+    std::this_thread::sleep_for(200ms);
+    const auto requests = daemon.requests();
+    BOOST_REQUIRE(requests.size() == 2u);
+    BOOST_TEST(requests[0].proxy);   // refused: "unexpected field"
+    BOOST_TEST(!requests[1].proxy);  // then a plain lease
+    BOOST_TEST(of_op(requests, control::Op::Update).empty());
+    BOOST_TEST(daemon.leases_held("old") == 1);
+    BOOST_TEST(events.list().empty());
+    BOOST_TEST(keeper.holds());
+}
+
+BOOST_AUTO_TEST_CASE(without_proxy_counts_are_ignored) {
+    FakeControlServer daemon;
+    control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "plain");
+    BOOST_CHECK(!keeper.start());
+    keeper.report_labelled({5, 0, 0});
+    std::this_thread::sleep_for(100ms);
+    keeper.stop();
+    const auto requests = daemon.requests();
+    BOOST_REQUIRE(requests.size() == 1u);
+    BOOST_TEST(!requests[0].proxy);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,8 +1,10 @@
 // A stand-in for reaperd's control socket in unit tests: it accepts connections on a unix
 // socket (in a temp dir, or on a given path), answers every valid request {"ok":true} (parsed
-// with the real protocol code), records the requests, and knows which leases are held (a lease
-// lasts while its connection is open). Destroying it closes every connection, as a stopping
-// reaperd does.
+// with the real protocol code), records the requests and when they came, and knows which
+// leases are held (a lease lasts while its connection is open; a proxy's lease takes updates
+// on it). Destroying it closes every connection, as a stopping reaperd does. With
+// refuse_proxies(), it answers a lease with "proxy" as a daemon older than proxies did, and
+// closes.
 #pragma once
 
 #include <reaper/control.hpp>
@@ -52,6 +54,12 @@ public:
         std::lock_guard lock(mutex_);
         return requests_;
     }
+    // When each request came, in the order of requests().
+    std::vector<std::chrono::steady_clock::time_point> request_times() {
+        std::lock_guard lock(mutex_);
+        return request_times_;
+    }
+    void refuse_proxies() { refuse_proxies_ = true; }
     // Leases whose connection is still open, by session.
     int leases_held(const std::string& session) {
         std::lock_guard lock(mutex_);
@@ -94,7 +102,8 @@ private:
         std::string buffer;
         std::vector<std::string> leases;
         char chunk[4096];
-        while (!stopping_) {
+        bool stopping_connection = false;
+        while (!stopping_ && !stopping_connection) {
             pollfd p{fd, POLLIN, 0};
             if (::poll(&p, 1, 20) <= 0) continue;
             auto n = ::read(fd, chunk, sizeof chunk);
@@ -105,19 +114,31 @@ private:
                 auto line = buffer.substr(0, newline);
                 buffer.erase(0, newline + 1);
                 std::string reply;
+                bool close = false;
                 try {
                     auto request = control::parse_request(line);
                     std::lock_guard lock(mutex_);
                     requests_.push_back(request);
-                    if (request.op == control::Op::Lease) {
-                        ++live_leases_[request.session];
-                        leases.push_back(request.session);
+                    request_times_.push_back(std::chrono::steady_clock::now());
+                    if (request.op == control::Op::Lease && request.proxy && refuse_proxies_) {
+                        reply = control::encode_error("unexpected field \"proxy\" for op \"lease\"");
+                        close = true;
+                    } else {
+                        if (request.op == control::Op::Lease) {
+                            ++live_leases_[request.session];
+                            leases.push_back(request.session);
+                        }
+                        reply = control::encode_ok();
                     }
-                    reply = control::encode_ok();
                 } catch (const std::exception& e) {
                     reply = control::encode_error(e.what());
                 }
                 [[maybe_unused]] auto written = ::write(fd, reply.data(), reply.size());
+                if (close) {
+                    buffer.clear();
+                    stopping_connection = true;
+                    break;
+                }
             }
         }
         {
@@ -135,7 +156,9 @@ private:
     std::vector<std::thread> connections_;  // only touched by the acceptor and the destructor
     std::mutex mutex_;
     std::vector<control::Request> requests_;
+    std::vector<std::chrono::steady_clock::time_point> request_times_;
     std::map<std::string, int> live_leases_;
+    std::atomic<bool> refuse_proxies_{false};
 };
 
 }  // namespace reaper::test

@@ -178,6 +178,31 @@ public:
         enter("events");
         throw ServerError(501, "not in the fake", "events: 501");
     }
+    // Networks and volumes: the Session never uses them; listed empty, never found.
+    std::vector<NetworkInfo> list_networks(const Filters&) override {
+        enter("list_networks");
+        return {};
+    }
+    NetworkInfo inspect_network(const std::string& id) override {
+        enter("inspect_network " + id);
+        throw NotFound(404, "network " + id + " not found", "404");
+    }
+    void remove_network(const std::string& id) override {
+        enter("remove_network " + id);
+        throw NotFound(404, "network " + id + " not found", "404");
+    }
+    std::vector<VolumeInfo> list_volumes(const Filters&) override {
+        enter("list_volumes");
+        return {};
+    }
+    VolumeInfo inspect_volume(const std::string& name) override {
+        enter("inspect_volume " + name);
+        throw NotFound(404, "get " + name + ": no such volume", "404");
+    }
+    void remove_volume(const std::string& name) override {
+        enter("remove_volume " + name);
+        throw NotFound(404, "get " + name + ": no such volume", "404");
+    }
     void close() noexcept override {
         std::lock_guard lock(state_->mutex);
         state_->calls.push_back("close");

@@ -1173,6 +1173,13 @@ private:
             case CreateKind::Volume: ++counters_.volumes; break;
             case CreateKind::None: break;
         }
+        if (options_.on_labelled) {
+            try {
+                options_.on_labelled();
+            } catch (...) {
+                // The hook's failure is its own; the create was labelled all the same.
+            }
+        }
         // {"Id":...} for containers and networks, {"Name":...} for volumes.
         std::string id;
         try {

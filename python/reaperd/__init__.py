@@ -6,7 +6,8 @@
         client = reaperd.label_client(docker.from_env(), "build-4711")
         client.containers.run("busybox", "sleep 600", detach=True)   # labelled reaperd.session
         ...
-    reaperd.end("build-4711")                  # optional: reap its containers now
+    reaperd.end("build-4711", wait=True)       # optional: reap its containers now, and wait
+                                               # until they are gone (WaitTimeout after 300 s)
     reaperd.orphan(container_id)               # reap one container now (a delete failed)
     reaperd.status()                           # the daemon's status, a dict
 
@@ -22,6 +23,7 @@ from .control import (
     ErrorReply,
     Lease,
     ProtocolViolation,
+    WaitTimeout,
     socket_path_from_environment,
     validate_container,
     validate_session_id,
@@ -40,12 +42,14 @@ __all__ = [
     "LabelledClient",
     "Lease",
     "ProtocolViolation",
+    "WaitTimeout",
     "end",
     "label_client",
     "labels_for",
     "lease",
     "metrics",
     "orphan",
+    "session",
     "socket_path_from_environment",
     "status",
     "validate_container",
@@ -58,14 +62,22 @@ def lease(session, socket_path=None, **options):
     return Lease(session, socket_path, **options)
 
 
-def end(session, socket_path=None, timeout=2.0):
-    """Ends the session: reaperd reaps its containers now."""
-    Client(socket_path, timeout).end(session)
+def end(session, socket_path=None, timeout=2.0, wait=False, wait_timeout=300.0):
+    """Ends the session: reaperd reaps its containers now. Returns the reply (a dict: see
+    Client.end). With wait=True, returns once nothing of the session is left, or raises
+    WaitTimeout after wait_timeout seconds. `timeout` is each exchange's."""
+    return Client(socket_path, timeout).end(session, wait=wait, timeout=wait_timeout)
 
 
 def orphan(container, session=None, socket_path=None, timeout=2.0):
-    """Asks reaperd to reap one container now (only if it owns it by label)."""
-    Client(socket_path, timeout).orphan(container, session)
+    """Asks reaperd to reap one container now (only if it owns it by label). Returns the
+    reply (a dict: the full id it was pinned to, owned, queued; see Client.orphan)."""
+    return Client(socket_path, timeout).orphan(container, session)
+
+
+def session(session, socket_path=None, timeout=2.0):
+    """What reaperd still sees of the session (a dict; see Client.session)."""
+    return Client(socket_path, timeout).session(session)
 
 
 def status(socket_path=None, timeout=2.0):

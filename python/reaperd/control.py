@@ -20,6 +20,7 @@ __all__ = [
     "DaemonUnreachable",
     "ErrorReply",
     "ProtocolViolation",
+    "WaitTimeout",
     "Client",
     "Lease",
     "socket_path_from_environment",
@@ -46,7 +47,28 @@ class DaemonUnreachable(ControlError):
 
 
 class ErrorReply(ControlError):
-    """The daemon answered {"ok":false,...}; the message is its error."""
+    """The daemon answered {"ok":false,...}; the message is its error.
+
+    `reply` is the whole reply, a dict: a refused orphan report names the container it
+    resolved to ("container", "name") and whether reaperd owns it ("owned").
+    """
+
+    def __init__(self, message, reply=None):
+        super().__init__(message)
+        self.reply = reply if reply is not None else {"ok": False, "error": message}
+
+
+class WaitTimeout(ControlError):
+    """end(wait=True) timed out with something of the session left.
+
+    `session` is the session, `reply` reaperd's last answer about it (a dict with
+    "remaining", by kind), or None if it never answered.
+    """
+
+    def __init__(self, message, session, reply):
+        super().__init__(message)
+        self.session = session
+        self.reply = reply
 
 
 class ProtocolViolation(ValueError):
@@ -178,8 +200,16 @@ class _Connection:
                 raise
         reply = _parse_reply(line, self._failure)
         if not reply["ok"]:
-            raise ErrorReply(f"reaperd refused {request['op']}: {reply.get('error', '')}")
+            raise ErrorReply(f"reaperd refused {request['op']}: {reply.get('error', '')}", reply)
         return reply
+
+
+def nothing_remains(reply):
+    """True for a session reply saying nothing of the session is left: reaperd is ready (it
+    has listed the engine) and every count in "remaining" is 0."""
+    remaining = reply.get("remaining")
+    return (reply.get("ok") is True and reply.get("ready") is True and isinstance(remaining, dict)
+            and all(n == 0 for n in remaining.values()))
 
 
 def _parse_reply(line, failure):
@@ -227,19 +257,71 @@ class Client:
         finally:
             connection.close()
 
-    def end(self, session):
-        """Ends the session: reaperd reaps its containers now."""
+    def end(self, session, wait=False, timeout=300.0, poll_interval=0.1):
+        """Ends the session: reaperd reaps its containers now (then its networks and volumes).
+
+        Returns the reply, a dict: "known" (reaperd knew the session), "already_ended",
+        "dry_run" and "reaps_queued" (by kind: {"containers": 3, ...}); an older reaperd
+        answers only {"ok": True}. With wait=True, returns once reaperd sees nothing of the
+        session left, asking every poll_interval seconds (and on while reaperd restarts), or
+        raises WaitTimeout after `timeout` seconds.
+        """
         validate_session_id(session)
-        self._call({"op": "end", "session": session})
+        reply = self._call({"op": "end", "session": session})
+        if wait:
+            self.wait_until_gone(session, timeout, poll_interval)
+        return reply
+
+    def session(self, session):
+        """What reaperd still sees of the session, a dict: "known", "state", "ready" and
+        "remaining" (by kind: {"containers": 1, "networks": 0, "volumes": 0})."""
+        validate_session_id(session)
+        return self._call({"op": "session", "session": session})
+
+    def wait_until_gone(self, session, timeout=300.0, poll_interval=0.1):
+        """Returns reaperd's answer once nothing of the session is left (ready, and every
+        count in "remaining" 0); raises WaitTimeout after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            try:
+                last = self.session(session)
+                if nothing_remains(last):
+                    return last
+            except DaemonUnreachable:
+                pass  # a restart of reaperd: its sessions and reaps survive it
+            except ErrorReply as e:
+                if 'unknown op "session"' in str(e):
+                    raise ErrorReply(f"reaperd at {self.socket_path} is too old to say what is "
+                                     "left of a session; cannot wait for it", e.reply) from None
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(poll_interval, left))
+        if last is None:
+            what = "reaperd did not answer"
+        elif not last.get("ready"):
+            what = "reaperd has not listed the engine yet"
+        else:
+            what = ", ".join(f"{n} {kind[:-1] if n == 1 and kind.endswith('s') else kind}"
+                             for kind, n in sorted(last.get("remaining", {}).items()) if n)
+            what += " still there"
+        raise WaitTimeout(f"session {session}: timed out after {timeout}s: {what}", session, last)
 
     def orphan(self, container, session=None):
-        """Asks reaperd to reap one container now (it does so only if it owns it by label)."""
+        """Asks reaperd to reap one container now (it does so only if it owns it by label).
+
+        Returns the reply, a dict: "container" (the full id the report was pinned to),
+        "name", "session" (its owner), "owned", "queued" and "dry_run". A refusal raises
+        ErrorReply, whose .reply says the same of the container it resolved to.
+        """
         validate_container(container)
         request = {"op": "orphan", "container": container}
         if session is not None:
             validate_session_id(session)
             request["session"] = session
-        self._call(request)
+        return self._call(request)
 
     def status(self):
         """The daemon's status object (a dict; its fields may grow)."""

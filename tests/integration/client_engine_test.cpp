@@ -154,12 +154,23 @@ BOOST_AUTO_TEST_CASE(kill_wait_and_exit_codes) {
     client.remove(sleeping, {});
 }
 
+// On Docker and on Podman (which reports an exec started detached Running for ever): the
+// exec is started attached and its output read to its end.
 BOOST_AUTO_TEST_CASE(exec_returns_the_commands_exit_code) {
     Client client(engine().client_options());
     auto id = client.create(sleeper(unique_name("exec")));
     client.start(id);
     BOOST_TEST(client.exec(id, {"true"}, 20s) == 0);
     BOOST_TEST(client.exec(id, {"sh", "-c", "exit 3"}, 20s) == 3);
+    // Output on both streams (a few MB), dropped as it comes.
+    BOOST_TEST(client.exec(id, {"sh", "-c", "seq 1 300000; seq 1 300000 >&2; exit 4"}, 60s) == 4);
+    // A command that outlives its timeout: Timeout, at the deadline.
+    auto start = Clock::now();
+    auto e = expect_error<Timeout>([&] { client.exec(id, {"sleep", "30"}, 1s); });
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    BOOST_TEST_MESSAGE(e.what() << " (after " << took.count() << " ms)");
+    BOOST_TEST(took < 10s);
+    BOOST_TEST(client.exec(id, {"true"}, 20s) == 0);  // the client goes on
     client.remove(id, {.force = true});
 }
 

@@ -1,9 +1,9 @@
 // `reaperctl run --own S -- TOOL` with unmodified clients against the private engine: the
 // docker CLI (Debian's, and a newer one at /usr/local/bin/docker when present), docker-py and
 // docker-compose from Debian. Each tool creates and leaves things behind through the proxy;
-// after the run, reaperd (a child process) reaps every container it made, networks and
-// volumes carry the session label (reaping them is another issue: the test removes them),
-// and a container made meanwhile outside the proxy is untouched.
+// after the run, reaperd (a child process) reaps every container, network and volume it made
+// (each carries the session label), and a container made meanwhile outside the proxy is
+// untouched.
 //
 // The private engine runs with --bridge=none, which only drops the default docker0 bridge:
 // a user-defined network with the bridge driver is created and joined offline here, so the
@@ -80,8 +80,7 @@ struct OwnFixture {
         BOOST_TEST(engine_client().inspect(outsider).state.running);
     }
 
-    // The session's networks or volumes ("network" / "volume"): each must carry the label;
-    // removed here, since reaperd reaps containers only.
+    // The session's networks or volumes ("network" / "volume") that carry its label.
     std::vector<std::string> labelled(const std::string& kind, const std::string& session) const {
         std::istringstream lines(docker_cli(kind + " ls --format '{{.Name}}' --filter label=reaperd.session=" + session));
         std::vector<std::string> names;
@@ -89,8 +88,13 @@ struct OwnFixture {
             if (!line.empty()) names.push_back(line);
         return names;
     }
-    void remove_labelled(const std::string& kind, const std::string& session) const {
-        for (const auto& name : labelled(kind, session)) docker_cli(kind + " rm " + name);
+    // After its containers: reaperd removes the session's networks and volumes too.
+    void expect_networks_and_volumes_reaped(const std::string& session) const {
+        const auto ended = Clock::now();
+        BOOST_TEST(eventually([&] { return labelled("network", session).empty(); }, 30s), daemon.log_text());
+        BOOST_TEST(eventually([&] { return labelled("volume", session).empty(); }, 30s), daemon.log_text());
+        BOOST_TEST_MESSAGE(session << ": networks and volumes reaped " << ms_since(ended)
+                                   << " ms after its containers");
     }
 
     Reaperd daemon;
@@ -213,10 +217,7 @@ print("all-ok")
     BOOST_TEST(f.labelled("network", session) == std::vector<std::string>{"own-py-net"});
     BOOST_TEST(f.labelled("volume", session) == std::vector<std::string>{"own-py-vol"});
     f.expect_reaped(session, 4);
-    f.remove_labelled("network", session);
-    f.remove_labelled("volume", session);
-    BOOST_TEST(f.labelled("network", session).empty());
-    BOOST_TEST(f.labelled("volume", session).empty());
+    f.expect_networks_and_volumes_reaped(session);
 }
 
 BOOST_AUTO_TEST_CASE(a_docker_compose_project_through_the_proxy_leaves_nothing_behind) {
@@ -255,10 +256,7 @@ volumes:
     BOOST_TEST(f.labelled("network", session) == std::vector<std::string>{"owncompose_backend"});
     BOOST_TEST(f.labelled("volume", session) == std::vector<std::string>{"owncompose_data"});
     f.expect_reaped(session, 2);
-    f.remove_labelled("network", session);
-    f.remove_labelled("volume", session);
-    BOOST_TEST(f.labelled("network", session).empty());
-    BOOST_TEST(f.labelled("volume", session).empty());
+    f.expect_networks_and_volumes_reaped(session);
 }
 
 BOOST_AUTO_TEST_CASE(run_own_usage_errors_exit_64_before_anything_runs) {

@@ -6,6 +6,8 @@
 //   run lives it is never touched;
 // - `reaperctl run` itself killed with SIGKILL: the lease drops with it, and the tool's
 //   containers are reaped after lease_grace.
+// - reaperd knows the lease comes with a proxy: status shows what it labelled, and the
+//   session's end in the journal names it.
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
 
@@ -153,4 +155,64 @@ BOOST_AUTO_TEST_CASE(kill_9_of_reaperctl_run_drops_the_lease_and_the_tools_conta
     std::error_code ec;
     BOOST_TEST(socket_dir.string().find("reaperctl-own.") != std::string::npos);
     fs::remove_all(socket_dir, ec);
+}
+
+// reaperd knows that the session's lease comes with a proxy and what it labelled: status
+// (JSON and table) while the run lives, and the journal line of the session's end.
+BOOST_AUTO_TEST_CASE(status_shows_the_proxy_and_what_it_labelled_and_the_end_names_it) {
+    LeaseFixture f;
+    auto run = f.run_own("proxied",
+                         {"/bin/sh", "-c",
+                          "/usr/bin/docker create --network none reaper-test/busybox:latest sleep 600 > $OUT/ids && "
+                          "/usr/bin/docker create --network none reaper-test/busybox:latest sleep 600 >> $OUT/ids && "
+                          "touch $OUT/done && exec sleep 600"});
+    BOOST_REQUIRE(f.wait_file("done"));
+    auto status_json = [&] {
+        Child status(f.dir, {REAPERCTL_PATH, "--socket", f.daemon.socket, "status", "--json"});
+        BOOST_REQUIRE_EQUAL(status.wait(), 0);
+        Poco::JSON::Parser parser;
+        return parser.parse(status.stdout_text()).extract<Poco::JSON::Object::Ptr>();
+    };
+    auto session_of = [](const Poco::JSON::Object::Ptr& status, const std::string& id) {
+        auto sessions = status->getArray("sessions");
+        for (std::size_t i = 0; i < sessions->size(); ++i) {
+            auto s = sessions->getObject(static_cast<unsigned>(i));
+            if (s->getValue<std::string>("id") == id) return s;
+        }
+        return Poco::JSON::Object::Ptr();
+    };
+    // The keeper sends the counts at most once a second.
+    Poco::JSON::Object::Ptr session;
+    const bool labelled = eventually(
+        [&] {
+            session = session_of(status_json(), "proxied");
+            return session && session->getValue<int>("containers_labelled") == 2;
+        },
+        10s);
+    BOOST_REQUIRE_MESSAGE(labelled, "status never showed 2 containers labelled");
+    BOOST_TEST(session->getValue<bool>("proxy"));
+    BOOST_TEST(session->getValue<int>("networks_labelled") == 0);
+    BOOST_TEST(session->getValue<int>("volumes_labelled") == 0);
+    BOOST_TEST(session->getValue<std::string>("state") == "leased");
+
+    Child table(f.dir, {REAPERCTL_PATH, "--socket", f.daemon.socket, "status"});
+    BOOST_REQUIRE_EQUAL(table.wait(), 0);
+    BOOST_TEST(table.stdout_text().find("CONTAINERS LABELLED") != std::string::npos, table.stdout_text());
+    BOOST_TEST(table.stdout_text().find(" PROXY ") != std::string::npos, table.stdout_text());
+
+    // A session without a proxy says so.
+    Child hold(f.dir, {REAPERCTL_PATH, "--socket", f.daemon.socket, "hold", "unproxied"});
+    BOOST_REQUIRE(eventually([&] { return f.daemon.session_state("unproxied") == "leased"; }));
+    auto plain = session_of(status_json(), "unproxied");
+    BOOST_REQUIRE(plain);
+    BOOST_TEST(!plain->getValue<bool>("proxy"));
+    BOOST_TEST(!plain->has("containers_labelled"));
+
+    run->signal(SIGTERM);
+    BOOST_TEST(run->wait() == 128 + SIGTERM);
+    BOOST_TEST(eventually([&] {
+        return f.daemon.log_text().find("its proxy labelled 2 containers, 0 networks, 0 volumes") != std::string::npos;
+    }, 30s), f.daemon.log_text());
+    const auto ids = slurp(f.dir + "/ids");
+    BOOST_TEST(eventually([&] { return f.daemon.containers_of("proxied") == 0; }, 30s), ids);
 }

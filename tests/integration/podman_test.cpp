@@ -14,6 +14,9 @@
 //   answers 409; an inspect racing a removal is 500 "...: no such container", not 404. The
 //   client maps both to Conflict and NotFound (lib/src/client.cpp, throw_error_for).
 // - The event of a removal is "remove", not "destroy"; a filter on "destroy" matches nothing.
+//   reaperd's watcher subscribes to both.
+// - An exec started detached stays Running for ever in GET /exec/{id}/json: Client::exec starts
+//   it attached. An image import ignores tag=: Client::import_image sends repo=NAME:TAG.
 // - The "json-file" log is conmon's k8s-file format (`<RFC 3339 time> stdout F <line>`) at
 //   <graph root>/vfs-containers/<id>/userdata/ctr.log, its inspect LogPath, opened O_APPEND.
 //   It grows ~3x faster than dockerd's for the same writer (`yes`: ~230 MB/s here, 70 MB/s).
@@ -259,13 +262,11 @@ BOOST_AUTO_TEST_CASE(unlabeled_and_leased_containers_survive_while_a_session_is_
     BOOST_TEST(d.pending_reaps() == 0u);
 }
 
-// A gap (see the gaps below): Podman reports a removal as "remove", and the watcher subscribes
-// to "destroy" (daemon/watcher.cpp): a container removed by its owner stays tracked until the
-// next resync (reaper.resync_interval, 60 s). Fix: the client asks for "remove" beside
-// "destroy" and reports it as "destroy" (lib/src/client.cpp, Client::events and
-// parse_event_line).
-BOOST_AUTO_TEST_CASE(a_container_removed_by_its_owner_leaves_reaperds_registry,
-                     *boost::unit_test::expected_failures(1)) {
+// Podman reports a removal as "remove", where dockerd says "destroy": the watcher subscribes to
+// both and takes either as the container gone (daemon/watcher.cpp). Were it to follow
+// "destroy" alone, a container removed by its owner would stay tracked until the next resync
+// (reaper.resync_interval, 60 s).
+BOOST_AUTO_TEST_CASE(a_container_removed_by_its_owner_leaves_reaperds_registry) {
     auto& d = shared_daemon();
     std::string id = run_container(session_label("pm-gone"));
     BOOST_REQUIRE(eventually([&] { return d.containers_of("pm-gone") == 1; }));
@@ -364,18 +365,13 @@ BOOST_AUTO_TEST_CASE(the_engine_killed_and_started_again_is_reconnected_and_the_
     BOOST_TEST(d.terminate() == 0);
 }
 
-// ---- gaps: what the client and reaperd do not yet do on Podman ---------------------------------
-// Each case states the behaviour dockerd gives and fails on Podman 4.3.1 today, for the reason
-// in its comment; expected_failures keeps the stage green meanwhile. Once a fix lands, drop the
-// decorator (Boost still passes a case that fails fewer times than expected).
-// The first, a container removed by its owner staying in reaperd's registry, is in the suite
-// one_reaperd above.
+// ---- the client where Podman's compat API differs ------------------------------------------------
 
-// Podman never marks an exec session started detached as ended (its Running stays true), so
-// Client::exec, which starts detached and polls GET /exec/{id}/json, times out; a Session's
-// readiness probe with it. Attached (Detach false, stdout attached, the stream read to its
-// end) the exit code is there once the stream ends. Fix: lib/src/client.cpp, Client::exec.
-BOOST_AUTO_TEST_CASE(exec_returns_the_commands_exit_code, *boost::unit_test::expected_failures(1)) {
+// Podman never marks an exec session started detached as ended (its Running stays true): a
+// client that starts detached and polls GET /exec/{id}/json times out, and a Session's
+// readiness probe with it. Client::exec starts it attached (Detach false, stdout and stderr
+// attached) and reads the stream to its end; the exit code is there then.
+BOOST_AUTO_TEST_CASE(exec_returns_the_commands_exit_code) {
     Cleanup cleanup;
     std::string id = run_container({});
     cleanup.ids.push_back(id);
@@ -388,10 +384,10 @@ BOOST_AUTO_TEST_CASE(exec_returns_the_commands_exit_code, *boost::unit_test::exp
     BOOST_TEST(code == 3);
 }
 
-// The compat import takes the repo and ignores tag=: the image is stored as repo:latest.
-// Both engines take the tag inside repo= (dockerd 20.10 checked by hand). Fix:
-// lib/src/client.cpp, Client::import_image, and its expected URL in client_fixtures_test.cpp.
-BOOST_AUTO_TEST_CASE(an_imported_image_keeps_its_tag, *boost::unit_test::expected_failures(1)) {
+// The compat import takes the repo and ignores tag=: an image imported with repo=NAME&tag=TAG
+// is stored as NAME:latest. Both engines take the tag inside repo= (repo=NAME:TAG, as the docker
+// CLI sends it), which is what Client::import_image sends.
+BOOST_AUTO_TEST_CASE(an_imported_image_keeps_its_tag) {
     const std::string reference = "reaper-test/tagged:" + reaper::test::unique_name("t");
     reaper::test::import_busybox_image(engine_client(), reference);
     reaper::ContainerSpec spec;

@@ -1,6 +1,8 @@
 // reaperctl as a child process against a ControlServer running inside this test process
-// with a recording handler: what reaperctl sends, when leases open and close, exit codes.
+// with a recording handler: what reaperctl sends, when leases open and close, exit codes;
+// then against a real reaperd and the private engine: what `end --wait` and `orphan` say.
 #include "control_server.hpp"
+#include "daemon_fixture.hpp"
 
 #include "reaper/control.hpp"
 
@@ -44,12 +46,14 @@ class RecordingHandler : public reaperd::ControlHandler {
 public:
     void lease_opened(const std::string& session, std::uint64_t) override { record({"opened", session, ""}); }
     void lease_closed(const std::string& session, std::uint64_t) override { record({"closed", session, ""}); }
-    void end_session(const std::string& session) override {
+    control::Reply end_session(const std::string& session) override {
         if (session == "explode") throw std::runtime_error("the daemon is unwell");
         record({"end", session, ""});
+        return {};
     }
-    void orphan_reported(const std::string& container, const std::string& session) override {
+    control::Reply orphan_reported(const std::string& container, const std::string& session) override {
         record({"orphan", container, session});
+        return {};
     }
     std::string status_json() override {
         return R"({"sessions":[{"id":"s1","state":"leased","leases":1}],"tracked_containers":3,)"
@@ -383,7 +387,9 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_64) {
     const auto dir = make_temp_dir();
     for (const auto& args : std::vector<std::vector<std::string>>{
              {}, {"frobnicate"}, {"end"}, {"end", "a", "b"}, {"end", "bad id"}, {"status", "--bogus"},
-             {"run", "s"}, {"run"}, {"--socket"}, {"orphan"}, {"hold", ""}}) {
+             {"run", "s"}, {"run"}, {"--socket"}, {"orphan"}, {"hold", ""},
+             {"end", "s", "--timeout", "5s"}, {"end", "s", "--wait", "--timeout", "soon"},
+             {"end", "s", "--wait", "--timeout"}, {"hold", "s", "--wait"}, {"run", "--json", "s", "true"}}) {
         Reaperctl ctl(dir, args);
         BOOST_TEST_CONTEXT((args.empty() ? std::string("(none)") : args[0])) {
             BOOST_TEST(ctl.wait() == 64, ctl.stderr_text());
@@ -397,5 +403,144 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_64) {
     Reaperctl version(dir, {"--version"});
     BOOST_TEST(version.wait() == 0);
     BOOST_TEST(version.stdout_text().starts_with("reaperctl "));
+    std::filesystem::remove_all(dir);
+}
+
+// ---- against a real reaperd and the private engine ------------------------------------------
+
+namespace {
+
+namespace itest = reaperd::itest;
+using Clock = std::chrono::steady_clock;
+
+// RECIPES section 7, as guard_engine_test does it: an immutable file in the container's
+// writable layer makes every remove fail with 500, force or not, until release(). The
+// destructor releases it whatever happens (it would keep the harness from removing the
+// engine's dir).
+class Pin {
+public:
+    explicit Pin(const std::string& id) {
+        const std::string root = reaper::test::engine().dir() + "/data";
+        std::ifstream mount_id(root + "/image/vfs/layerdb/mounts/" + id + "/mount-id");
+        std::string mid;
+        mount_id >> mid;
+        BOOST_REQUIRE_MESSAGE(!mid.empty(), "no vfs mount id for " << id);
+        path_ = root + "/vfs/dir/" + mid + "/pinned";
+        const auto command = "touch " + path_ + " && chattr +i " + path_;
+        BOOST_REQUIRE_MESSAGE(std::system(command.c_str()) == 0, command);
+    }
+    ~Pin() { release(); }
+    void release() {
+        if (path_.empty()) return;
+        const auto command = "chattr -i " + path_;
+        if (std::system(command.c_str()) != 0) BOOST_ERROR(command << " failed");
+        path_.clear();
+    }
+
+private:
+    std::string path_;
+};
+
+std::vector<Poco::JSON::Object::Ptr> json_lines(const std::string& text) {
+    std::vector<Poco::JSON::Object::Ptr> objects;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+        Poco::JSON::Parser parser;
+        objects.push_back(parser.parse(line).extract<Poco::JSON::Object::Ptr>());
+    }
+    return objects;
+}
+
+long long ms_since(Clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(end_wait_returns_once_the_sessions_containers_are_gone) {
+    itest::Reaperd d;
+    d.start();
+    const auto dir = make_temp_dir();
+    const std::vector<std::string> ids{itest::run_container(itest::session_label("wait-1")),
+                                       itest::run_container(itest::session_label("wait-1"))};
+    BOOST_REQUIRE(itest::eventually([&] { return d.containers_of("wait-1") == 2; }));
+
+    const auto start = Clock::now();
+    Reaperctl end(dir, {"--socket", d.socket, "end", "wait-1", "--wait", "--timeout", "60s"});
+    BOOST_TEST(end.wait() == 0, end.stderr_text());
+    BOOST_TEST_MESSAGE("end --wait returned " << ms_since(start) << " ms after it started");
+    for (const auto& id : ids) BOOST_TEST(!itest::exists(id), id << " still there when end --wait returned");
+    const auto out = end.stdout_text();
+    BOOST_TEST(out.starts_with("session wait-1 ended; 2 containers queued for reaping\n"), out);
+    BOOST_TEST(out.find("session wait-1: nothing left (waited ") != std::string::npos, out);
+
+    // Nothing is left now: it returns at once. --json passes both of reaperd's replies through.
+    Reaperctl again(dir, {"--socket", d.socket, "end", "wait-1", "--wait", "--json"});
+    BOOST_TEST(again.wait() == 0, again.stderr_text());
+    const auto replies = json_lines(again.stdout_text());
+    BOOST_REQUIRE(replies.size() == 2u);
+    BOOST_TEST(replies[0]->getValue<bool>("already_ended"));
+    BOOST_TEST(replies[0]->getObject("reaps_queued")->getValue<int>("containers") == 0);
+    BOOST_TEST(replies[1]->getValue<bool>("ready"));
+    BOOST_TEST(replies[1]->getValue<std::string>("state") == "ended");
+    BOOST_TEST(replies[1]->getObject("remaining")->getValue<int>("containers") == 0);
+    std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(end_wait_times_out_with_75_while_a_container_cannot_be_removed) {
+    itest::Reaperd d;
+    d.start();
+    const auto dir = make_temp_dir();
+    const auto id = itest::run_container(itest::session_label("stuck-1"));
+    BOOST_REQUIRE(itest::eventually([&] { return d.containers_of("stuck-1") == 1; }));
+    Pin pin(id);
+
+    const auto start = Clock::now();
+    Reaperctl end(dir, {"--socket", d.socket, "end", "stuck-1", "--wait", "--timeout", "1500ms"});
+    BOOST_TEST(end.wait() == 75, end.stderr_text());
+    const auto took = ms_since(start);
+    BOOST_TEST_MESSAGE("end --wait --timeout 1500ms gave up after " << took << " ms");
+    BOOST_TEST(took >= 1500);
+    BOOST_TEST(end.stderr_text().find("session stuck-1: timed out after 1500ms: 1 container still there; "
+                                      "reaperd keeps reaping") != std::string::npos,
+               end.stderr_text());
+    BOOST_TEST(end.stdout_text() == "session stuck-1 ended; 1 container queued for reaping\n");
+    BOOST_TEST(itest::exists(id));
+
+    // Once the engine can remove it, reaperd's retry does, and a second wait sees it go.
+    pin.release();
+    Reaperctl later(dir, {"--socket", d.socket, "end", "stuck-1", "--wait", "--timeout", "60s"});
+    BOOST_TEST(later.wait() == 0, later.stderr_text());
+    BOOST_TEST(later.stdout_text().starts_with("session stuck-1 had already ended; 1 container queued"),
+               later.stdout_text());
+    BOOST_TEST(!itest::exists(id));
+    std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(orphan_replies_name_the_full_id_and_whether_it_was_queued) {
+    itest::Reaperd d;
+    d.start();
+    const auto dir = make_temp_dir();
+    const auto owned = itest::run_container(itest::session_label("orphan-1"));
+    Reaperctl orphan(dir, {"--socket", d.socket, "orphan", owned.substr(0, 12)});
+    BOOST_TEST(orphan.wait() == 0, orphan.stderr_text());
+    const auto out = orphan.stdout_text();
+    BOOST_TEST(out.find("(" + owned + ") of session orphan-1: queued for reaping") != std::string::npos, out);
+    BOOST_TEST(itest::eventually([&] { return !itest::exists(owned); }));
+
+    // Not owned: refused, and the reply still says what the prefix resolved to.
+    const auto stranger = itest::run_container({{"app", "db"}});
+    Reaperctl refused(dir, {"--socket", d.socket, "orphan", stranger.substr(0, 12), "--json"});
+    BOOST_TEST(refused.wait() == 1);
+    BOOST_TEST(refused.stderr_text().find("reaperd does not own it; not reaped") != std::string::npos,
+               refused.stderr_text());
+    const auto replies = json_lines(refused.stdout_text());
+    BOOST_REQUIRE(replies.size() == 1u);
+    BOOST_TEST(!replies[0]->getValue<bool>("ok"));
+    BOOST_TEST(replies[0]->getValue<std::string>("container") == stranger);
+    BOOST_TEST(!replies[0]->getValue<bool>("owned"));
+    BOOST_TEST(!replies[0]->getValue<bool>("queued"));
+    BOOST_TEST(itest::exists(stranger));
+    itest::engine_client().remove(stranger, {true, true});
     std::filesystem::remove_all(dir);
 }

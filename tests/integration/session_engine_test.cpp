@@ -182,10 +182,11 @@ struct RecordingHandler final : reaperd::ControlHandler {
         std::lock_guard lock(mutex);
         --live_leases[session];
     }
-    void end_session(const std::string&) override {}
-    void orphan_reported(const std::string& container, const std::string& session) override {
+    reaper::control::Reply end_session(const std::string&) override { return {}; }
+    reaper::control::Reply orphan_reported(const std::string& container, const std::string& session) override {
         std::lock_guard lock(mutex);
         orphans.emplace_back(container, session);
+        return {};
     }
     std::string status_json() override { return "{}"; }
     std::string metrics_text() override { return ""; }

@@ -62,6 +62,12 @@ public:
     }
     void import_image(std::istream& tar, const std::string& reference) override { client_.import_image(tar, reference); }
     std::unique_ptr<EventStream> events(const EventsOptions& options) override { return client_.events(options); }
+    std::vector<NetworkInfo> list_networks(const Filters& filters) override { return client_.list_networks(filters); }
+    NetworkInfo inspect_network(const std::string& id) override { return client_.inspect_network(id); }
+    void remove_network(const std::string& id) override { client_.remove_network(id); }
+    std::vector<VolumeInfo> list_volumes(const Filters& filters) override { return client_.list_volumes(filters); }
+    VolumeInfo inspect_volume(const std::string& name) override { return client_.inspect_volume(name); }
+    void remove_volume(const std::string& name) override { client_.remove_volume(name); }
     void close() noexcept override {
         ++record_->close_calls;
         client_.close();

@@ -92,6 +92,101 @@ def test_an_error_reply_raises_error_reply_with_the_daemons_message(sock_dir):
             reaperd.Client(daemon.path).end("s1")
 
 
+def test_replies_say_what_happened(sock_dir):
+    full_id = "a" * 64
+
+    def handler(request):
+        if request["op"] == "end":
+            return {"ok": True, "session": request["session"], "known": True,
+                    "already_ended": False, "dry_run": False,
+                    "reaps_queued": {"containers": 2, "networks": 0, "volumes": 0}}
+        if request["op"] == "orphan" and request["container"] == "theirs":
+            return {"ok": False, "error": "container theirs (" + "b" * 64 + ") carries no session "
+                    "label; reaperd does not own it; not reaped", "container": "b" * 64,
+                    "name": "theirs", "owned": False, "queued": False}
+        if request["op"] == "orphan":
+            return {"ok": True, "container": full_id, "name": "web", "session": "s1",
+                    "owned": True, "queued": True, "dry_run": False, "later": [1]}
+        if request["op"] == "session":
+            return {"ok": True, "session": request["session"], "known": True, "state": "ended",
+                    "ready": True, "dry_run": False,
+                    "remaining": {"containers": 0, "networks": 1, "volumes": 0}}
+        return default_handler(request)
+
+    with FakeDaemon(os.path.join(sock_dir, "s"), handler) as daemon:
+        client = reaperd.Client(daemon.path)
+        ended = client.end("s1")
+        assert ended["known"] is True and ended["reaps_queued"]["containers"] == 2
+        orphan = client.orphan("web")
+        assert orphan["container"] == full_id
+        assert orphan["owned"] is True and orphan["queued"] is True
+        with pytest.raises(reaperd.ErrorReply, match="reaperd does not own it") as refused:
+            client.orphan("theirs")
+        assert refused.value.reply["container"] == "b" * 64
+        assert refused.value.reply["owned"] is False
+        left = reaperd.Client(daemon.path).session("s1")
+        assert left["remaining"] == {"containers": 0, "networks": 1, "volumes": 0}
+        assert not control.nothing_remains(left)
+        assert reaperd.orphan("web", socket_path=daemon.path)["container"] == full_id
+        assert daemon.request_list()[-2] == {"op": "session", "session": "s1"}
+
+
+def test_an_older_daemon_answers_end_and_orphan_with_ok_only(daemon):
+    client = reaperd.Client(daemon.path)
+    assert client.end("s1") == {"ok": True}
+    assert client.orphan("c1") == {"ok": True}
+
+
+def test_end_wait_returns_once_nothing_is_left(sock_dir):
+    left = {"count": 3}
+
+    def handler(request):
+        if request["op"] == "session":
+            left["count"] = max(0, left["count"] - 1)
+            return {"ok": True, "session": request["session"], "known": True, "state": "ended",
+                    "ready": True, "remaining": {"containers": left["count"], "networks": 0}}
+        return default_handler(request)
+
+    with FakeDaemon(os.path.join(sock_dir, "s"), handler) as daemon:
+        reply = reaperd.Client(daemon.path).end("s1", wait=True, timeout=10, poll_interval=0.01)
+        assert reply == {"ok": True}
+        assert daemon.ops() == ["end", "session", "session", "session"]
+        # Not ready: a 0 proves nothing yet.
+        assert not control.nothing_remains({"ok": True, "ready": False, "remaining": {"containers": 0}})
+        assert not control.nothing_remains({"ok": True, "ready": True})
+
+
+def test_end_wait_times_out_naming_what_is_left(sock_dir):
+    def handler(request):
+        if request["op"] == "session":
+            return {"ok": True, "session": request["session"], "known": True, "state": "ended",
+                    "ready": True, "remaining": {"containers": 1, "networks": 2, "volumes": 0}}
+        return default_handler(request)
+
+    with FakeDaemon(os.path.join(sock_dir, "s"), handler) as daemon:
+        began = time.monotonic()
+        with pytest.raises(reaperd.WaitTimeout,
+                           match="session s1: timed out after 0.3s: 1 container, 2 networks "
+                                 "still there") as raised:
+            reaperd.end("s1", socket_path=daemon.path, wait=True, wait_timeout=0.3)
+        assert 0.3 <= time.monotonic() - began < 3
+        assert raised.value.session == "s1"
+        assert raised.value.reply["remaining"]["networks"] == 2
+        assert isinstance(raised.value, reaperd.ControlError)
+
+
+def test_end_wait_against_an_older_daemon_says_it_cannot_wait(sock_dir):
+    def handler(request):
+        if request["op"] == "session":
+            return {"ok": False, "error": 'unknown op "session"; expected lease, end, orphan, '
+                    "status or metrics"}
+        return default_handler(request)
+
+    with FakeDaemon(os.path.join(sock_dir, "s"), handler) as daemon:
+        with pytest.raises(reaperd.ErrorReply, match="too old to say what is left of a session"):
+            reaperd.Client(daemon.path).end("s1", wait=True, timeout=5)
+
+
 @pytest.mark.parametrize("answer, error, message", [
     (b"not json\n", reaperd.ControlError, "garbled reply: reply is not valid JSON"),
     (b'{"ok":"yes"}\n', reaperd.ControlError, 'garbled reply: reply has no boolean "ok" field'),

@@ -223,9 +223,10 @@ def test_seed_incident_the_leaked_sandbox_is_reaped_and_the_live_one_is_not(
         assert live_container.status == "running"
         assert daemon.session_state(live) == "leased"
 
-    # Ending the session reaps its container now.
-    reaperd.end(live, daemon.socket)
-    assert eventually(lambda: not exists(docker_client, live_container.id)), daemon.log_text()
+    # Ending the session reaps its container now; with wait=True, end returns once it is gone.
+    reply = reaperd.end(live, daemon.socket, wait=True, wait_timeout=60)
+    assert reply["known"] is True and reply["reaps_queued"]["containers"] == 1
+    assert not exists(docker_client, live_container.id), daemon.log_text()
 
 
 def test_an_orphan_report_reaps_one_labelled_container_now(daemon, docker_client):
@@ -236,9 +237,13 @@ def test_an_orphan_report_reaps_one_labelled_container_now(daemon, docker_client
         kept = client.containers.run(IMAGE, ["sleep", "600"], detach=True, network_mode="none")
         unlabelled = docker_client.containers.run(IMAGE, ["sleep", "600"], detach=True,
                                                   network_mode="none")
-        reaperd.orphan(orphan.id, session, socket_path=daemon.socket)
-        with pytest.raises(reaperd.ErrorReply, match="carries no session label"):
+        reply = reaperd.orphan(orphan.id[:12], session, socket_path=daemon.socket)
+        assert reply["container"] == orphan.id  # the prefix, pinned to the full id
+        assert reply["owned"] is True and reply["queued"] is True
+        with pytest.raises(reaperd.ErrorReply, match="carries no session label") as refused:
             reaperd.orphan(unlabelled.id, socket_path=daemon.socket)
+        assert refused.value.reply["container"] == unlabelled.id
+        assert refused.value.reply["owned"] is False
         assert eventually(lambda: not exists(docker_client, orphan.id)), daemon.log_text()
         time.sleep(1)
         assert exists(docker_client, kept.id)

@@ -151,6 +151,12 @@ public:
              std::chrono::milliseconds timeout) override;
     void import_image(std::istream& tar, const std::string& reference) override;
     std::unique_ptr<EventStream> events(const EventsOptions& options) override;
+    std::vector<NetworkInfo> list_networks(const Filters& filters) override;
+    NetworkInfo inspect_network(const std::string& id) override;
+    void remove_network(const std::string& id) override;
+    std::vector<VolumeInfo> list_volumes(const Filters& filters) override;
+    VolumeInfo inspect_volume(const std::string& name) override;
+    void remove_volume(const std::string& name) override;
     void close() noexcept override;
 
     struct Impl;

@@ -8,17 +8,33 @@
 //
 //   {"op":"lease","session":"S"}              -> {"ok":true}; the lease lasts while the
 //                                                 connection stays open
-//   {"op":"end","session":"S"}                -> {"ok":true}; reap S's containers now
-//   {"op":"orphan","container":"ID","session":"S"} -> {"ok":true}; reap that container now
+//   {"op":"lease","session":"S","proxy":true,"containers_labelled":N,...}
+//                                             -> {"ok":true}; a lease whose holder runs a
+//                                                 labelling proxy, which may then send
+//   {"op":"update","containers_labelled":N,"networks_labelled":N,"volumes_labelled":N}
+//                                             -> {"ok":true}, on that lease's connection
+//   {"op":"end","session":"S"}                -> {"ok":true,"session":"S","known":..,
+//                                                 "already_ended":..,"reaps_queued":{..}}
+//   {"op":"orphan","container":"C","session":"S"} -> {"ok":true,"container":"<full id>",
+//                                                 "name":..,"session":..,"owned":..,"queued":..}
+//   {"op":"session","session":"S"}            -> {"ok":true,"session":"S","known":..,
+//                                                 "ready":..,"remaining":{"containers":N,..}}
 //   {"op":"status"}                           -> {"ok":true,"status":{...}}
 //   {"op":"metrics"}                          -> {"ok":true,"metrics":"<prometheus text>"}
+//
+// Compatibility: a request field this side does not know is ignored (a newer client's new
+// field reaches an older daemon harmlessly); a field it knows that the op does not take, or of
+// the wrong type, is an error naming the field. Reply fields a client does not know are ignored.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -31,13 +47,23 @@ inline constexpr std::size_t max_session_id_bytes = 256;
 inline constexpr std::size_t max_container_bytes = 256;  // an id or a name
 inline constexpr const char* default_socket_path = "/run/reaperd/control.sock";
 
-enum class Op { Lease, End, Orphan, Status, Metrics };
+enum class Op { Lease, Update, End, Orphan, Session, Status, Metrics };
 const char* to_string(Op op);
+
+// What a labelling proxy (`reaperctl run --own`, reaper/proxy.hpp) labelled so far: totals.
+struct LabelledCounts {
+    std::uint64_t containers = 0;
+    std::uint64_t networks = 0;
+    std::uint64_t volumes = 0;
+    bool operator==(const LabelledCounts&) const = default;
+};
 
 struct Request {
     Op op = Op::Status;
-    std::string session;    // lease, end; optional for orphan
+    std::string session;    // lease, end, session; optional for orphan
     std::string container;  // orphan
+    bool proxy = false;     // lease: the holder runs a labelling proxy
+    LabelledCounts labelled;  // lease with proxy (what it labelled before this connection), update
 };
 
 // A message that breaks the protocol; what() names the problem.
@@ -55,9 +81,18 @@ class DaemonUnreachable : public ControlError {
     using ControlError::ControlError;
 };
 
-// The daemon answered {"ok":false,...}; what() is its message.
+struct Reply;
+
+// The daemon answered {"ok":false,...}; what() is its message, reply() all of the reply (a
+// refused orphan report names the container it resolved to).
 class ErrorReply : public ControlError {
-    using ControlError::ControlError;
+public:
+    explicit ErrorReply(const std::string& what);
+    ErrorReply(const std::string& what, Reply reply);
+    const Reply& reply() const noexcept { return *reply_; }
+
+private:
+    std::shared_ptr<const Reply> reply_;
 };
 
 // Checks a session id: non-empty, at most max_session_id_bytes, printable ASCII without
@@ -73,22 +108,57 @@ Request parse_request(std::string_view line);
 // Encodes a request as one line, '\n' included. Throws ProtocolViolation if a field is invalid.
 std::string encode_request(const Request& request);
 
+// Counts by kind of object ("containers"; more kinds as the daemon learns to track them).
+using KindCounts = std::map<std::string, std::uint64_t>;
+
+// A reply as it travels. Which fields are set depends on the op (absent = unset); a client
+// ignores what it does not know, so the daemon may add fields.
+struct Reply {
+    bool ok = false;
+    std::string error;        // when !ok
+    std::string status_json;  // status: the "status" object as compact JSON text
+    std::string metrics;      // metrics: the "metrics" text
+    std::string json;         // parse_reply: the whole reply object as compact JSON text
+
+    // orphan (also on a refusal, once the report was resolved to one container)
+    std::string container;          // the full id the report was pinned to
+    std::string name;               // the container's name, when inspected
+    std::optional<bool> owned;      // it carries a session label under the config in force
+                                    // (unset: queued by full id while the engine did not answer)
+    std::optional<bool> queued;     // its reap is queued (false: refused, or a dry run)
+    // orphan: the owning session; end, session: the session asked about
+    std::string session;
+    // end, session
+    std::optional<bool> known;          // reaperd knew the session (containers, leases, tombstone)
+    std::optional<bool> already_ended;  // end: it had ended before this request
+    std::optional<bool> dry_run;        // reaperd removes nothing (reaper.dry_run)
+    std::optional<KindCounts> reaps_queued;  // end: the session's reaps pending after the end
+    // session
+    std::string state;                    // "leased", "grace", "ended", "unclaimed"; "" unknown
+    std::optional<bool> ready;            // reaperd has listed the engine: its counts are complete
+    std::optional<KindCounts> remaining;  // what of the session reaperd still sees, by kind
+
+    // The sum over `remaining` (0 when unset).
+    std::uint64_t remaining_total() const;
+    // A session reply saying nothing of the session is left: ready, and every count in
+    // "remaining" is 0. What `reaperctl end --wait` waits for.
+    bool nothing_remains() const;
+};
+
 // Reply lines, '\n' included.
 std::string encode_ok();
 std::string encode_error(std::string_view message);
+// {"ok":...,"error":... (when !ok), then every field of `reply` that is set}; the status and
+// metrics replies have their own encoders below.
+std::string encode_reply(const Reply& reply);
 // {"ok":true,"status":<status_json>}; status_json must be a JSON object (it is re-encoded
 // on one line). Throws ProtocolViolation otherwise.
 std::string encode_status_reply(std::string_view status_json);
 // {"ok":true,"metrics":"<text>"}
 std::string encode_metrics_reply(std::string_view metrics_text);
 
-struct Reply {
-    bool ok = false;
-    std::string error;        // when !ok
-    std::string status_json;  // the "status" object as compact JSON text, when present
-    std::string metrics;      // the "metrics" text, when present
-};
-// Parses one reply line (without its '\n'). Throws ProtocolViolation.
+// Parses one reply line (without its '\n'). Throws ProtocolViolation, naming a known field
+// of the wrong type.
 Reply parse_reply(std::string_view line);
 
 // The socket path: $REAPERD_SOCKET if set and non-empty, else default_socket_path.
@@ -105,6 +175,12 @@ public:
     // The connection's descriptor (readable/hung up when the daemon closes it), for callers
     // that wait in poll(); -1 once released.
     virtual int native_handle() const noexcept = 0;
+    // A lease taken with proxy_lease(): sends the proxy's counts (totals) and waits for the
+    // daemon's answer, at most `timeout`. Meanwhile alive() answers true without looking, so
+    // it never takes the answer on its way for the daemon closing. Throws ErrorReply (the
+    // daemon refused, and closed the lease), DaemonUnreachable (closed, timed out),
+    // std::logic_error when released.
+    virtual void update(const LabelledCounts& labelled, std::chrono::milliseconds timeout) = 0;
 };
 
 // The client side. Every call opens its own connection (a lease keeps its own); descriptors
@@ -120,8 +196,16 @@ public:
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
 
     std::unique_ptr<Lease> lease(const std::string& session);
-    void end(const std::string& session);
-    void report_orphan(const std::string& container_id, const std::string& session);
+    // A lease whose holder runs a labelling proxy that labelled `labelled` so far; send later
+    // counts with Lease::update(). An older daemon that does not know the field refuses it
+    // (ErrorReply); LeaseKeeper then takes a plain lease.
+    std::unique_ptr<Lease> proxy_lease(const std::string& session, const LabelledCounts& labelled);
+    // The replies say what happened (see Reply); an older daemon answers just {"ok":true}.
+    Reply end(const std::string& session);
+    Reply report_orphan(const std::string& container_id, const std::string& session);
+    // What reaperd still sees of one session (Reply::remaining); an older daemon refuses the
+    // op (ErrorReply "unknown op").
+    Reply session(const std::string& session);
     std::string status_json();  // the "status" object, as JSON text
     std::string metrics_text();
 
@@ -151,6 +235,12 @@ struct LeaseKeeperOptions {
     // exception for Failing, null otherwise. It must not call stop() or destroy the keeper;
     // what it throws is swallowed.
     std::function<void(LeaseEvent, const std::exception_ptr& error)> observer;
+    // The holder runs a labelling proxy (`reaperctl run --own`): the lease says so and carries
+    // the counts given to report_labelled(), and the keeper sends changed counts on the lease's
+    // connection, at most once per update_interval, and once more when it stops. A daemon too
+    // old to know proxies gets a plain lease and no counts.
+    bool proxy = false;
+    std::chrono::milliseconds update_interval{1000};
 };
 
 // Keeps a lease on one session for as long as the keeper lives: reaperd closes every lease
@@ -173,9 +263,14 @@ struct LeaseKeeperOptions {
 //   The descriptors are close-on-exec.
 // - The thread blocks all signals, so process-directed signals reach the application's own
 //   threads (reaperctl waits for them with a signalfd).
+// - With options.proxy, counts reported before stop() reach the daemon before the lease is
+//   released (stop() waits 50 ms at most for the daemon's answer): a session's end in
+//   the journal names what its proxy labelled. Each (re)connection's lease request carries the
+//   latest counts, so a restarted daemon learns them again.
 class LeaseKeeper {
 public:
-    // Connects nowhere yet. Throws ProtocolViolation for an invalid session id.
+    // Connects nowhere yet. Throws ProtocolViolation for an invalid session id (and
+    // std::system_error when the process is out of descriptors).
     LeaseKeeper(ControlClient client, std::string session, LeaseKeeperOptions options = {});
     ~LeaseKeeper();  // stop()
     LeaseKeeper(const LeaseKeeper&) = delete;
@@ -190,6 +285,9 @@ public:
     std::exception_ptr start();
     // True while the lease is held and its connection is open.
     bool holds() const;
+    // With options.proxy: the proxy's counts now (totals). Any thread, any time; cheap (the
+    // keeper's thread sends them). Ignored without options.proxy.
+    void report_labelled(const LabelledCounts& labelled);
     // Stops the thread and releases the lease. Idempotent, never throws.
     void stop() noexcept;
 

@@ -163,6 +163,24 @@ struct RemoveOptions {
     bool volumes = false;  // remove its anonymous volumes
 };
 
+struct NetworkInfo {  // a row of GET /networks, or GET /networks/{id}
+    std::string id;       // the full id (64 hex digits)
+    std::string name;
+    std::string driver;   // "bridge", "host", "null", "overlay", ...
+    std::string created;  // RFC 3339
+    Labels labels;
+    // The ids of the containers attached to it: from an inspect only (the engine's list
+    // leaves them out).
+    std::vector<std::string> containers;
+};
+
+struct VolumeInfo {  // a row of GET /volumes, or GET /volumes/{name}
+    std::string name;     // a volume's only id: the engine resolves nothing else
+    std::string driver;
+    std::string created;  // "CreatedAt", RFC 3339
+    Labels labels;
+};
+
 struct Event {  // one line of GET /events
     std::string type;    // "container", "image", "network", ...
     std::string action;  // "create", "start", "die", "destroy", "health_status: healthy", ...
@@ -216,6 +234,17 @@ public:
     // Imports a root filesystem tarball as image `reference` ("name:tag").
     virtual void import_image(std::istream& tar, const std::string& reference) = 0;
     virtual std::unique_ptr<EventStream> events(const EventsOptions& options) = 0;
+
+    // Networks and volumes (filters as for containers, e.g. {"label": ["reaperd.session"]}).
+    virtual std::vector<NetworkInfo> list_networks(const Filters& filters) = 0;
+    // By full id, name or unique id prefix, as the engine resolves them.
+    virtual NetworkInfo inspect_network(const std::string& id) = 0;
+    // A network with containers attached is refused (Docker: 403, BadRequest).
+    virtual void remove_network(const std::string& id) = 0;
+    virtual std::vector<VolumeInfo> list_volumes(const Filters& filters) = 0;
+    virtual VolumeInfo inspect_volume(const std::string& name) = 0;
+    // A volume any container uses (running or not) is refused (409, Conflict).
+    virtual void remove_volume(const std::string& name) = 0;
 
     virtual void close() noexcept = 0;
 };

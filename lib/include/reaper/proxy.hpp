@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -49,6 +50,11 @@ struct ProxyOptions {
     // peer broke at Debug, anything else that ends one at Warning. Called from the proxy's
     // threads, several at a time: it must be thread-safe.
     LogSink log = stderr_log_sink();
+    // Called after each create the proxy labelled and the engine accepted (stats() already
+    // counts it), from the proxy's threads, several at a time: it must be thread-safe and
+    // quick; what it throws is ignored. reaperctl hands stats() to its lease keeper, which
+    // tells reaperd (control::LeaseKeeperOptions::proxy).
+    std::function<void()> on_labelled;
 };
 
 // Counters since start(); read at any time from any thread.
