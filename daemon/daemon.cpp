@@ -648,13 +648,8 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
             // not_running.)
             break;
         case Outcome::failed: {
-            ++pending.failures;
-            metrics_.reap_failed();
-            std::uniform_real_distribution<double> jitter(0.0, 1.0);
-            Duration delay = retry_delay(pending.failures, config_.reaper.retry_initial,
-                                         config_.reaper.retry_max, jitter(random_));
-            pending.next_attempt = now + delay;
-            bool give_up_level = pending.failures >= config_.reaper.error_after_attempts;
+            const Duration delay = schedule_retry(pending.failures, pending.next_attempt, now);
+            const bool give_up_level = pending.failures >= config_.reaper.error_after_attempts;
             fields.push_back({"ERROR", result.result.error});
             fields.push_back({"ATTEMPT", std::to_string(pending.failures)});
             fields.push_back({"RETRY_IN", format_duration(delay)});
@@ -665,6 +660,16 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
             break;
         }
     }
+}
+
+Duration Daemon::schedule_retry(unsigned& failures, TimePoint& next_attempt, TimePoint now) {
+    ++failures;
+    metrics_.reap_failed();
+    std::uniform_real_distribution<double> jitter(0.0, 1.0);
+    const Duration delay =
+        retry_delay(failures, config_.reaper.retry_initial, config_.reaper.retry_max, jitter(random_));
+    next_attempt = now + delay;
+    return delay;
 }
 
 // A network's or volume's removal attempt: as a container's, but nothing is persisted (the
@@ -719,13 +724,8 @@ void Daemon::on_object_result(const ObjectRef& ref, const GuardResult& result, T
         case Outcome::failed: {
             // In use (a container of another session or none still attached, a volume still
             // mounted): retried with backoff like a container's removal, for as long as it exists.
-            ++removal.failures;
-            metrics_.reap_failed();
-            std::uniform_real_distribution<double> jitter(0.0, 1.0);
-            Duration delay = retry_delay(removal.failures, config_.reaper.retry_initial,
-                                         config_.reaper.retry_max, jitter(random_));
-            removal.next_attempt = now + delay;
-            bool give_up_level = removal.failures >= config_.reaper.error_after_attempts;
+            const Duration delay = schedule_retry(removal.failures, removal.next_attempt, now);
+            const bool give_up_level = removal.failures >= config_.reaper.error_after_attempts;
             fields.push_back({"ERROR", result.error});
             fields.push_back({"ATTEMPT", std::to_string(removal.failures)});
             fields.push_back({"RETRY_IN", format_duration(delay)});

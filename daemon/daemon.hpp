@@ -115,6 +115,9 @@ private:
     void on_watch(const WatchEvent& event, TimePoint now);
     void on_reap_result(const ReapResult& result, TimePoint now);
     void on_object_result(const ObjectRef& object, const GuardResult& result, TimePoint now);
+    // Counts one more failed removal attempt and sets when the next one is due (the
+    // jittered backoff of policy.hpp retry_delay); returns the delay, for the log.
+    Duration schedule_retry(unsigned& failures, TimePoint& next_attempt, TimePoint now);
     struct PinnedOrphan {
         std::string container;  // the full id
         std::string name;

@@ -16,6 +16,28 @@ bool removal_in_progress(const reaper::EngineError& e) {
 
 std::string short_id(const std::string& id) { return id.substr(0, 12); }
 
+// Runs one act's inspect-judge-call `step` and turns what it throws into the result: 404 is
+// `gone`; a 409 "removal already in progress" (only when `is_container_removal`) is
+// `removing`; anything else is `failed` with its text.
+template <class Step>
+void settle(GuardResult& result, bool is_container_removal, Step&& step) {
+    try {
+        step();
+    } catch (const reaper::NotFound&) {
+        result.outcome = Outcome::gone;
+    } catch (const reaper::EngineError& e) {
+        if (is_container_removal && e.kind() == reaper::EngineErrorKind::Conflict && removal_in_progress(e)) {
+            result.outcome = Outcome::removing;
+        } else {
+            result.outcome = Outcome::failed;
+            result.error = describe(e);
+        }
+    } catch (const std::exception& e) {
+        result.outcome = Outcome::failed;
+        result.error = e.what();
+    }
+}
+
 // `reference`: what the caller named; `kind`: "container", "network", "volume".
 std::string refusal_text(Outcome outcome, const std::string& reference, std::string_view kind,
                          const Expectation& expect, const GuardResult& result,
@@ -194,7 +216,7 @@ std::shared_ptr<const GuardConfig> Guard::config() const {
 GuardResult Guard::act(const GuardRequest& request) {
     const auto config = this->config();
     GuardResult result;
-    try {
+    settle(result, request.act == ContainerAct::remove, [&] {
         std::optional<reaper::ContainerInfo> inspected;
         try {
             inspected = engine_.inspect(request.container);
@@ -207,20 +229,7 @@ GuardResult Guard::act(const GuardRequest& request) {
         if (result.outcome == Outcome::acted && came_alive(request.expect))
             result.outcome = Outcome::refused_session_alive;
         if (result.outcome == Outcome::acted) call(inspected->id, request);
-    } catch (const reaper::NotFound&) {
-        result.outcome = Outcome::gone;
-    } catch (const reaper::EngineError& e) {
-        if (e.kind() == reaper::EngineErrorKind::Conflict && request.act == ContainerAct::remove &&
-            removal_in_progress(e)) {
-            result.outcome = Outcome::removing;
-        } else {
-            result.outcome = Outcome::failed;
-            result.error = describe(e);
-        }
-    } catch (const std::exception& e) {
-        result.outcome = Outcome::failed;
-        result.error = e.what();
-    }
+    });
     counts_[static_cast<std::size_t>(result.outcome)]++;
     record(request, result, *config);
     return result;
@@ -230,7 +239,9 @@ GuardResult Guard::act(const ObjectRequest& request) {
     const auto config = this->config();
     const ObjectRef& object = request.object;
     GuardResult result;
-    try {
+    // In use (a network's active endpoints: 403; a volume in use: 409) is a failure like any
+    // other: retried with backoff until whatever holds it is gone.
+    settle(result, false, [&] {
         std::optional<InspectedObject> inspected;
         try {
             inspected = object.kind == ObjectKind::network
@@ -253,17 +264,7 @@ GuardResult Guard::act(const ObjectRequest& request) {
             result.error = "still attached to " + std::to_string(inspected->attached) + " container" +
                            (inspected->attached == 1 ? "" : "s");
         }
-    } catch (const reaper::NotFound&) {
-        result.outcome = Outcome::gone;
-    } catch (const reaper::EngineError& e) {
-        // In use (a network's active endpoints: 403; a volume in use: 409) is a failure like
-        // any other: retried with backoff until whatever holds it is gone.
-        result.outcome = Outcome::failed;
-        result.error = describe(e);
-    } catch (const std::exception& e) {
-        result.outcome = Outcome::failed;
-        result.error = e.what();
-    }
+    });
     counts_[static_cast<std::size_t>(result.outcome)]++;
     record(request, result, *config);
     return result;
