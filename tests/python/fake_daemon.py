@@ -151,11 +151,15 @@ class FakeDaemon:
                 pass
             self._forget(conn)
             return
-        conn.sendall((json.dumps(answer) + "\n").encode())
-        if isinstance(request, dict) and request.get("op") == "lease" and answer.get("ok"):
+        is_lease = isinstance(request, dict) and request.get("op") == "lease" and answer.get("ok")
+        if is_lease:
+            # Registered before the answer goes out: a test that sees the lease held and then
+            # calls drop_leases() must find it.
             with self._lock:
                 self._leases.append(conn)
                 self.lease_events.append((time.monotonic(), "open", request.get("session")))
+        conn.sendall((json.dumps(answer) + "\n").encode())
+        if is_lease:
             # Wait for the client to close it (or for drop_leases/stop to).
             try:
                 while conn.recv(1):
