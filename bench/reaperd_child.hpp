@@ -80,7 +80,8 @@ public:
     }
     Poco::JSON::Object::Ptr status() const {
         Poco::JSON::Parser parser;
-        return parser.parse(control().status_json()).extract<Poco::JSON::Object::Ptr>();
+        // Every session, the ended ones too (a plain status lists only the newest few ended).
+        return parser.parse(control().status_json({false, 1'000'000})).extract<Poco::JSON::Object::Ptr>();
     }
 
     // True once the process has ended (and then it is reaped).

@@ -10,6 +10,8 @@
 //       Target: <= 2 s. Also StateStore::load alone, in this process.
 //   (c) reaperd's RSS (VmRSS) with the tombstones, and `end` over the control socket
 //       (the whole round trip: the loop's decisions too), p50/p99 of 200.
+//   (d) `reaperctl status` (the process, start to exit) with the tombstones: its wall time
+//       and output size, median of 5. Target: <= 0.3 s and <= 64 KiB at the load.
 // Usage: tombstone_bench [--tombstones N] [--ends N]. Exit status 1 when a target is missed,
 // 2 when the bench could not run.
 #include "reaperd_child.hpp"
@@ -29,6 +31,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -44,6 +47,8 @@ namespace {
 
 constexpr double end_p99_bound_ms = 3;
 constexpr double restart_bound_s = 2;
+constexpr double status_bound_s = 0.3;
+constexpr std::size_t status_bound_bytes = 64 * 1024;
 
 double ms_since(Clock::time_point from) {
     return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
@@ -144,7 +149,22 @@ struct Daemon {
     double ready_s = 0;
     double rss_mb = 0;
     Spread end;  // over the control socket
+    double status_s = 0;              // `reaperctl status`, median of 5
+    std::size_t status_bytes = 0;     // its output
 };
+
+// `reaperctl --socket S status`: wall time and bytes printed.
+std::pair<double, std::size_t> reaperctl_status(const std::string& socket) {
+    const auto t = Clock::now();
+    const std::string command = std::string(REAPERCTL_PATH) + " --socket " + socket + " status";
+    FILE* out = ::popen(command.c_str(), "r");
+    if (out == nullptr) throw std::runtime_error("popen reaperctl failed");
+    std::size_t bytes = 0;
+    char buffer[65536];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, out)) > 0;) bytes += n;
+    if (::pclose(out) != 0) throw std::runtime_error("reaperctl status failed");
+    return {ms_since(t) / 1000, bytes};
+}
 
 // (b) and (c): reaperd started on a copy of `state_dir`. Not bench::ReaperdChild: it waits for
 // `status`, which lists every session, and with 100,000 of them that answer passes the
@@ -195,6 +215,13 @@ Daemon run_daemon(const std::string& engine_address, const std::string& state_di
         samples.push_back(ms_since(t1));
     }
     out.end = spread(samples);
+    std::vector<double> status_times;
+    for (int i = 0; i < 5; ++i) {
+        const auto [seconds, bytes] = reaperctl_status(socket);
+        status_times.push_back(seconds);
+        out.status_bytes = bytes;
+    }
+    out.status_s = spread(status_times).p50;
     ::kill(pid, SIGTERM);
     ::waitpid(pid, nullptr, 0);
     fs::remove_all(dir);
@@ -254,6 +281,8 @@ int main(int argc, char** argv) {
         std::printf("    %7zu tombstones: p50 %.2f ms, p99 %.2f ms\n", pb.held, db.end.p50, db.end.p99);
         std::printf("    %7zu tombstones: p50 %.2f ms, p99 %.2f ms (%.1fx)\n", pl.held, dl.end.p50, dl.end.p99,
                     dl.end.p50 / db.end.p50);
+        std::printf("(d) `reaperctl status`: %.3f s, %zu bytes with %zu tombstones; %.3f s, %zu bytes with %zu\n",
+                    db.status_s, db.status_bytes, pb.held, dl.status_s, dl.status_bytes, pl.held);
         fs::remove_all(work);
 
         bool ok = true;
@@ -263,6 +292,8 @@ int main(int argc, char** argv) {
         };
         verdict("one persisted end at the load, p99 <= 3 ms", pl.end.p99 <= end_p99_bound_ms);
         verdict("restart to ready at the load <= 2 s", dl.ready_s <= restart_bound_s);
+        verdict("reaperctl status at the load <= 0.3 s", dl.status_s <= status_bound_s);
+        verdict("reaperctl status at the load <= 64 KiB", dl.status_bytes <= status_bound_bytes);
         return ok ? 0 : 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "tombstone_bench: %s\n", e.what());

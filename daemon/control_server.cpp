@@ -115,18 +115,68 @@ struct Connection {
     std::int64_t client = 0;    // ProxyReport::client
     bool closing = false;       // close once output is flushed; read nothing more
     bool waiting = false;       // an answer is being built on a desk; read nothing yet
-    Clock::time_point last_activity;
+    // Accepted, last complete request, or last answer queued: the idle deadline counts from
+    // here (ControlServerLimits::idle_timeout). Partial lines and partial sends never move it.
+    Clock::time_point last_progress;
+    std::int64_t peer_pid = 0;   // SO_PEERCRED; 0 when the kernel does not say
+    std::int64_t peer_uid = -1;  // SO_PEERCRED; -1 when the kernel does not say
+
+    std::size_t unsent() const noexcept { return output.size() - output_sent; }
 };
 
-// The pid of the process that connected `fd`, or 0 when the kernel does not say.
-std::int64_t peer_pid(int fd) {
+struct PeerCredentials {
+    std::int64_t pid = 0;
+    std::int64_t uid = -1;
+};
+
+// The process that connected `fd`, as the kernel recorded it at connect().
+PeerCredentials peer_credentials(int fd) {
     ucred credentials{};
     socklen_t length = sizeof credentials;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return 0;
-    return credentials.pid;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return {};
+    return {credentials.pid, static_cast<std::int64_t>(credentials.uid)};
+}
+
+// REQUESTER_PID and REQUESTER_UID (when the kernel said), and the connection's id.
+std::vector<LogField> requester_fields(const Connection& connection) {
+    std::vector<LogField> fields;
+    if (connection.peer_pid > 0) fields.push_back({"REQUESTER_PID", std::to_string(connection.peer_pid)});
+    if (connection.peer_uid >= 0) fields.push_back({"REQUESTER_UID", std::to_string(connection.peer_uid)});
+    fields.push_back({"CONNECTION_ID", std::to_string(connection.id)});
+    return fields;
+}
+
+// Who asked for what that ends sessions, reaps or holds a lease: one journal line each.
+void log_request(const Connection& connection, const control::Request& request) {
+    auto fields = requester_fields(connection);
+    std::string what = std::string("control: ") + control::to_string(request.op);
+    if (!request.session.empty()) {
+        what += " session " + request.session;
+        fields.push_back({"SESSION_ID", request.session});
+    }
+    if (!request.container.empty()) {
+        what += " container " + request.container;
+        fields.push_back({"CONTAINER_REF", request.container});
+    }
+    what += " requested by pid " + (connection.peer_pid > 0 ? std::to_string(connection.peer_pid) : std::string("?")) +
+            ", uid " + (connection.peer_uid >= 0 ? std::to_string(connection.peer_uid) : std::string("?"));
+    log(Priority::info, {}, what, std::move(fields));
+}
+
+std::string describe_peer(const Connection& connection) {
+    std::string text = "connection " + std::to_string(connection.id);
+    text += connection.peer_pid > 0 ? " (pid " + std::to_string(connection.peer_pid) : " (pid unknown";
+    text += connection.peer_uid >= 0 ? ", uid " + std::to_string(connection.peer_uid) + ")" : ", uid unknown)";
+    return text;
 }
 
 }  // namespace
+
+ControlServerLimits fit_to_descriptors(ControlServerLimits limits, std::uint64_t nofile_soft) {
+    const std::uint64_t room = nofile_soft > reserved_descriptors + 1 ? nofile_soft - reserved_descriptors : 1;
+    if (limits.max_connections > room) limits.max_connections = static_cast<std::size_t>(room);
+    return limits;
+}
 
 void ControlHandler::proxy_reported(const std::string&, std::uint64_t, const ProxyReport&) {}
 
@@ -215,6 +265,7 @@ struct ControlServer::Impl {
     void close_everything() {
         for (auto& [fd, connection] : connections) ::close(fd);
         connections.clear();
+        connections_by_uid.clear();
         connection_total = 0;
         if (listener >= 0) {
             ::close(listener);
@@ -246,11 +297,11 @@ struct ControlServer::Impl {
             auto next_deadline = Clock::time_point::max();
             for (auto& [fd, connection] : connections) {
                 short events = 0;
-                if (!connection.closing && !connection.waiting) events |= POLLIN;
-                if (connection.output_sent < connection.output.size()) events |= POLLOUT;
+                if (reading(connection)) events |= POLLIN;
+                if (connection.unsent() > 0) events |= POLLOUT;
                 fds.push_back({fd, events, 0});
-                if (connection.lease_session.empty() || connection.closing) {
-                    next_deadline = std::min(next_deadline, connection.last_activity + limits.idle_timeout);
+                if (times_out(connection)) {
+                    next_deadline = std::min(next_deadline, connection.last_progress + limits.idle_timeout);
                 }
             }
             if (!accepting) next_deadline = std::min(next_deadline, accept_paused_until);
@@ -279,10 +330,18 @@ struct ControlServer::Impl {
             }
             const auto after = Clock::now();
             for (auto& [fd, connection] : connections) {
-                const bool done = connection.closing && connection.output_sent >= connection.output.size();
-                const bool idle = (connection.lease_session.empty() || connection.closing) &&
-                                  after - connection.last_activity >= limits.idle_timeout;
-                if (done || idle) closing_now.push_back(fd);
+                const bool done = connection.closing && connection.unsent() == 0;
+                const bool idle = times_out(connection) &&
+                                  after - connection.last_progress >= limits.idle_timeout;
+                if (connection.unsent() > limits.output_hard_bytes) {
+                    log(Priority::warning,
+                        "control server: closing " + describe_peer(connection) + ": " +
+                            std::to_string(connection.unsent()) + " bytes of replies unsent, over the " +
+                            std::to_string(limits.output_hard_bytes) + "-byte limit (the client does not read)");
+                    closing_now.push_back(fd);
+                } else if (done || idle) {
+                    closing_now.push_back(fd);
+                }
             }
             std::sort(closing_now.begin(), closing_now.end());
             closing_now.erase(std::unique(closing_now.begin(), closing_now.end()), closing_now.end());
@@ -312,40 +371,71 @@ struct ControlServer::Impl {
                 ::close(fd);
                 continue;
             }
+            const auto peer = peer_credentials(fd);
+            if (limits.max_connections_per_uid > 0 && peer.uid >= 0 &&
+                connections_by_uid[peer.uid] >= limits.max_connections_per_uid) {
+                const auto reply = control::encode_error(
+                    "too many connections from uid " + std::to_string(peer.uid) + " (" +
+                    std::to_string(limits.max_connections_per_uid) + ")");
+                [[maybe_unused]] const auto n =
+                    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+                ::close(fd);
+                continue;
+            }
+            if (peer.uid >= 0) ++connections_by_uid[peer.uid];
             Connection connection;
             connection.fd = fd;
             connection.id = ++last_connection_id;
-            connection.last_activity = Clock::now();
-            const auto pid = peer_pid(fd);
-            connection.client = pid > 0 ? pid : -static_cast<std::int64_t>(connection.id);
+            connection.last_progress = Clock::now();
+            connection.peer_pid = peer.pid;
+            connection.peer_uid = peer.uid;
+            connection.client = peer.pid > 0 ? peer.pid : -static_cast<std::int64_t>(connection.id);
             connections.emplace(fd, std::move(connection));
             ++connection_total;
         }
     }
 
     // Reads, answers and writes what it can. False when the connection is finished now.
+    // Whether to read (and answer) more from `connection` now: not while an answer is being
+    // built, not once it is closing, and not while its unsent output is over the pause bound.
+    bool reading(const Connection& connection) const noexcept {
+        return !connection.closing && !connection.waiting &&
+               connection.unsent() <= limits.output_pause_bytes;
+    }
+
+    // Whether the idle deadline applies: not to a lease (until it is closing), and not while
+    // the daemon itself is composing the connection's answer.
+    static bool times_out(const Connection& connection) noexcept {
+        if (connection.closing) return true;
+        return connection.lease_session.empty() && !connection.waiting;
+    }
+
     bool service(int fd, Connection& connection, short revents) {
         if (revents & POLLNVAL) return false;
-        if ((revents & (POLLIN | POLLHUP | POLLERR)) && !connection.closing) {
+        if ((revents & (POLLIN | POLLHUP | POLLERR)) && reading(connection)) {
             if (!read_requests(fd, connection)) return false;
-        } else if ((revents & (POLLHUP | POLLERR)) && connection.closing) {
-            return false;
+        } else if (revents & (POLLHUP | POLLERR)) {
+            return false;  // gone while not read from: nothing more will be read or sent
         }
-        if (connection.output_sent < connection.output.size()) return flush(fd, connection);
+        if (connection.unsent() > 0 && !flush(fd, connection)) return false;
+        // Lines already read while paused are answered once the client has read enough.
+        if (reading(connection) && connection.input.find('\n') != std::string::npos) {
+            handle_lines(connection);
+            if (connection.unsent() > 0 && !flush(fd, connection)) return false;
+        }
         return true;
     }
 
     bool read_requests(int fd, Connection& connection) {
         char buffer[16 * 1024];
         // Bounded per wake-up so one chatty client cannot starve the others.
-        for (int round = 0; round < 8 && !connection.closing && !connection.waiting; ++round) {
+        for (int round = 0; round < 8 && reading(connection); ++round) {
             const auto n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
             if (n == 0) return false;
             if (n < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
                 return false;
             }
-            connection.last_activity = Clock::now();
             connection.input.append(buffer, static_cast<std::size_t>(n));
             handle_lines(connection);
         }
@@ -354,9 +444,10 @@ struct ControlServer::Impl {
 
     void handle_lines(Connection& connection) {
         std::size_t start = 0;
-        while (!connection.closing && !connection.waiting) {
+        while (reading(connection)) {
             const auto end = connection.input.find('\n', start);
             if (end == std::string::npos) break;
+            connection.last_progress = Clock::now();
             handle_request(connection, std::string_view(connection.input).substr(start, end - start));
             start = end + 1;
         }
@@ -365,7 +456,7 @@ struct ControlServer::Impl {
             connection.input.clear();
             return;
         }
-        if (connection.waiting) return;  // the rest is read after the answer
+        if (!reading(connection)) return;  // the rest is read after the answer, or the flush
         if (!connection.lease_session.empty() && !connection.proxy && !connection.input.empty()) {
             reject(connection, "lease connections take no further requests");
         } else if (connection.input.size() > control::max_message_bytes + 1) {
@@ -389,6 +480,10 @@ struct ControlServer::Impl {
         if (!connection.lease_session.empty() && request.op != control::Op::Update) {
             reject(connection, "a proxy's lease connection takes no requests but \"update\"");
             return;
+        }
+        if (request.op == control::Op::Lease || request.op == control::Op::End ||
+            request.op == control::Op::Orphan) {
+            log_request(connection, request);
         }
         try {
             switch (request.op) {
@@ -453,7 +548,8 @@ struct ControlServer::Impl {
             return control::encode_reply(reply);
         };
         switch (request.op) {
-            case control::Op::Status: return control::encode_status_reply(handler.status_json());
+            case control::Op::Status:
+                return control::encode_status_reply(handler.status_json({request.ended, request.limit}));
             case control::Op::Metrics: return control::encode_metrics_reply(handler.metrics_text());
             case control::Op::Orphan: return ok(handler.orphan_reported(request.container, request.session));
             case control::Op::End: return ok(handler.end_session(request.session));
@@ -512,7 +608,7 @@ struct ControlServer::Impl {
             auto& connection = found->second;
             connection.output += answered.reply;
             connection.waiting = false;
-            connection.last_activity = Clock::now();
+            connection.last_progress = Clock::now();
             handle_lines(connection);
         }
     }
@@ -530,15 +626,26 @@ struct ControlServer::Impl {
                                   connection.output.size() - connection.output_sent,
                                   MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+                    compact(connection);
+                    return true;
+                }
                 return false;
             }
             connection.output_sent += static_cast<std::size_t>(n);
-            connection.last_activity = Clock::now();
         }
         connection.output.clear();
         connection.output_sent = 0;
         return true;
+    }
+
+    // Drops what has been sent, so a client that reads about as fast as it asks never has
+    // the buffer hold everything ever sent to it.
+    static void compact(Connection& connection) {
+        if (connection.output_sent >= 64 * 1024 && connection.output_sent * 2 >= connection.output.size()) {
+            connection.output.erase(0, connection.output_sent);
+            connection.output_sent = 0;
+        }
     }
 
     void close_connection(int fd) {
@@ -546,6 +653,10 @@ struct ControlServer::Impl {
         if (found == connections.end()) return;
         const auto session = std::move(found->second.lease_session);
         const auto id = found->second.id;
+        if (const auto uid = found->second.peer_uid; uid >= 0) {
+            const auto count = connections_by_uid.find(uid);
+            if (count != connections_by_uid.end() && --count->second == 0) connections_by_uid.erase(count);
+        }
         connections.erase(found);
         ::close(fd);
         --connection_total;
@@ -585,6 +696,7 @@ struct ControlServer::Impl {
     std::deque<Question> answers;  // back to the server thread; guarded by questions_mutex
     std::atomic<bool> stopped{false};
     std::unordered_map<int, Connection> connections;  // only the server thread touches it
+    std::unordered_map<std::int64_t, std::size_t> connections_by_uid;  // likewise
     std::atomic<std::size_t> connection_total{0};
     std::uint64_t last_connection_id = 0;
     Clock::time_point accept_paused_until{};

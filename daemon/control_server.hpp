@@ -72,17 +72,44 @@ public:
     // The orphan reply: the full id it was pinned to, name, session, owned, queued, dry_run.
     virtual reaper::control::Reply orphan_reported(const std::string& container,
                                                    const std::string& session) = 0;
-    virtual std::string status_json() = 0;   // the JSON object returned as "status"
+    // The JSON object returned as "status", for what the request asked (control.hpp).
+    virtual std::string status_json(const reaper::control::StatusQuery& query) = 0;
     virtual std::string metrics_text() = 0;  // Prometheus text exposition
 };
 
 struct ControlServerLimits {
-    // A connection that is not a lease and sends no complete request for this long is closed
-    // (so half-sent lines cannot pin descriptors forever). Leases never time out.
+    // A connection that is not a lease is closed when this long has passed since it was
+    // accepted, since its last COMPLETE request, or since its last answer was queued, whichever
+    // is latest (an answer being composed stops the clock). Bytes alone never reset it: a
+    // half-sent line trickled a byte every 29 s, or a reply read a byte at a time, cannot pin a
+    // descriptor. Leases never time out.
     std::chrono::milliseconds idle_timeout{std::chrono::seconds{30}};
-    // Connections beyond this get an error reply and are closed at once.
+    // Reading from a connection (and answering what it has already sent) pauses while more
+    // than this much of its output is unsent: a client that pipelines requests and never reads
+    // the replies costs at most this plus one reply, not memory without bound (measured before
+    // this bound: RSS 9 -> 104 MB in 20 s with one such client).
+    std::size_t output_pause_bytes = 256 * 1024;
+    // A connection whose unsent output passes this is closed (logged once, with the peer's
+    // pid and uid): only one reply can be queued past the pause bound, so this catches a
+    // client that does not read a reply larger than this.
+    std::size_t output_hard_bytes = 32 * 1024 * 1024;
+    // Connections beyond this get an error reply and are closed at once. Kept below the
+    // descriptor limit by fit_to_descriptors().
     std::size_t max_connections = 4096;
+    // Connections one uid (SO_PEERCRED) may hold at once, leases included; 0 = no limit
+    // beyond max_connections. One more gets an error reply naming the limit and is closed.
+    std::size_t max_connections_per_uid = 0;
 };
+
+// Descriptors reaperd keeps for what is not a control connection: the listener and its
+// eventfds, engine calls (reaper workers, the watcher's event stream, inspects), log files
+// the log capper opens, the state journal, the metrics listener and its clients.
+inline constexpr std::size_t reserved_descriptors = 256;
+
+// What a start-up check makes of the descriptor limit (RLIMIT_NOFILE's soft value):
+// `limits` with max_connections lowered, if need be, so that the connections and the
+// reserve fit under it (at least 1 connection). Pure: the caller reads and logs the limit.
+ControlServerLimits fit_to_descriptors(ControlServerLimits limits, std::uint64_t nofile_soft);
 
 class ControlServer {
 public:

@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -93,8 +94,12 @@ public:
         reply.queued = true;
         return reply;
     }
-    std::string status_json() override {
+    std::string status_json(const control::StatusQuery&) override {
         if (hold_status) hold_status->wait_for(60s);
+        ++status_calls;
+        if (status_padding > 0) {
+            return "{\"sessions\": [], \"pad\": \"" + std::string(status_padding, 'x') + "\"}";
+        }
         return "{\n  \"sessions\": [{\"id\": \"s1\", \"state\": \"leased\"}]\n}"; }
     std::string metrics_text() override { return "# TYPE reaperd_up gauge\nreaperd_up 1\n"; }
 
@@ -102,6 +107,8 @@ public:
         std::lock_guard lock(mutex_);
         return events_;
     }
+    std::atomic<std::size_t> status_calls{0};
+    std::size_t status_padding = 0;  // when set, status_json() is this many bytes bigger
     // When set, status_json() waits for it (a daemon whose main loop is busy).
     std::optional<std::shared_future<void>> hold_status;
     // When set, orphan_reported() waits for it (an engine slow to answer the inspect).
@@ -440,6 +447,118 @@ BOOST_AUTO_TEST_CASE(idle_half_lines_are_closed_after_the_timeout) {
     std::this_thread::sleep_for(600ms);
     BOOST_TEST(lease->alive());
     BOOST_TEST(f.handler.count("closed") == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_byte_at_a_time_does_not_defeat_the_idle_timeout) {
+    reaperd::ControlServerLimits limits;
+    limits.idle_timeout = 300ms;
+    Fixture f(limits);
+    const int fd = connect_raw(f.config.socket);
+    const auto start = std::chrono::steady_clock::now();
+    bool closed = false;
+    // A byte every 100 ms, never a newline: before, each byte reset the timeout.
+    while (std::chrono::steady_clock::now() - start < 10s) {
+        if (::send(fd, " ", 1, MSG_NOSIGNAL) != 1) {
+            closed = true;
+            break;
+        }
+        std::this_thread::sleep_for(100ms);
+        char c;
+        const auto n = ::recv(fd, &c, 1, MSG_DONTWAIT);
+        if (n == 0) {
+            closed = true;
+            break;
+        }
+    }
+    BOOST_TEST(closed);
+    BOOST_TEST((std::chrono::steady_clock::now() - start < 5s));
+    ::close(fd);
+}
+
+BOOST_AUTO_TEST_CASE(reading_pauses_while_replies_are_unread) {
+    reaperd::ControlServerLimits limits;
+    limits.output_pause_bytes = 4 * 1024;
+    Fixture f(limits);
+    f.handler.status_padding = 32 * 1024;
+    const int fd = connect_raw(f.config.socket);
+    constexpr std::size_t asked = 200;
+    std::string requests;
+    for (std::size_t i = 0; i < asked; ++i) requests += "{\"op\":\"status\"}\n";
+    send_all(fd, requests);
+    // The kernel's socket buffers take a few replies; then the server stops answering.
+    std::size_t settled = 0;
+    for (int i = 0; i < 20; ++i) {
+        std::this_thread::sleep_for(100ms);
+        settled = f.handler.status_calls;
+    }
+    BOOST_TEST(settled < asked / 2, settled << " of " << asked << " answered while unread");
+    BOOST_TEST(f.server->connection_count() == 1u);
+    // Reading resumes it: every request is answered, in order, none lost.
+    std::size_t replies = 0;
+    while (replies < asked) {
+        const auto line = read_line(fd);
+        if (line.empty()) break;
+        BOOST_REQUIRE(line.find("\"ok\":true") != std::string::npos);
+        ++replies;
+    }
+    BOOST_TEST(replies == asked);
+    BOOST_TEST(f.handler.status_calls == asked);
+    ::close(fd);
+}
+
+BOOST_AUTO_TEST_CASE(a_client_over_the_hard_output_limit_is_disconnected) {
+    reaperd::ControlServerLimits limits;
+    limits.output_pause_bytes = 4 * 1024;
+    limits.output_hard_bytes = 256 * 1024;
+    Fixture f(limits);
+    f.handler.status_padding = 2 * 1024 * 1024;  // one reply is past the hard limit
+    const int fd = connect_raw(f.config.socket);
+    send_all(fd, "{\"op\":\"status\"}\n{\"op\":\"status\"}\n");
+    BOOST_REQUIRE(eventually([&] { return f.handler.status_calls >= 1u; }));
+    BOOST_REQUIRE(eventually([&] { return f.server->connection_count() == 0; }));
+    BOOST_TEST(f.handler.status_calls == 1u);
+    // What it gets is cut short: less than the reply, then end of stream.
+    BOOST_TEST(read_until_eof(fd).size() < 2u * 1024 * 1024);
+    ::close(fd);
+    // Others are served as before.
+    control::ControlClient client(f.config.socket);
+    f.handler.status_padding = 0;
+    BOOST_TEST(!client.status_json().empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_connection_cap_stays_below_the_descriptor_limit) {
+    const reaperd::ControlServerLimits defaults;
+    // The unit's LimitNOFILE leaves the default cap as it is.
+    BOOST_TEST(reaperd::fit_to_descriptors(defaults, 8192).max_connections == 4096u);
+    // A shell's usual 1024 keeps the reserve free.
+    BOOST_TEST(reaperd::fit_to_descriptors(defaults, 1024).max_connections ==
+               1024u - reaperd::reserved_descriptors);
+    // Absurdly low limits still serve one connection.
+    BOOST_TEST(reaperd::fit_to_descriptors(defaults, 100).max_connections == 1u);
+    BOOST_TEST(reaperd::fit_to_descriptors(defaults, 0).max_connections == 1u);
+    // An infinite limit changes nothing.
+    BOOST_TEST(reaperd::fit_to_descriptors(defaults, ~std::uint64_t{0}).max_connections == 4096u);
+}
+
+BOOST_AUTO_TEST_CASE(connections_beyond_the_per_uid_limit_are_refused_with_a_clear_error) {
+    reaperd::ControlServerLimits limits;
+    limits.max_connections_per_uid = 2;
+    Fixture f(limits);
+    control::ControlClient client(f.config.socket);
+    auto a = client.lease("a");
+    auto b = client.lease("b");
+    try {
+        client.lease("c");
+        BOOST_FAIL("third connection of one uid accepted");
+    } catch (const control::ErrorReply& e) {
+        BOOST_TEST(std::string(e.what()).find("too many connections from uid " + std::to_string(::getuid())) !=
+                       std::string::npos,
+                   e.what());
+    }
+    a->release();
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 1; }));
+    auto c = client.lease("c");
+    BOOST_TEST(c->alive());
 }
 
 BOOST_AUTO_TEST_CASE(connections_beyond_the_limit_are_refused) {

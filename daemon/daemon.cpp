@@ -8,12 +8,15 @@
 #include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
 
+#include <algorithm>
 #include <csignal>
 #include <future>
 #include <sstream>
+#include <vector>
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 namespace reaperd {
 
@@ -295,8 +298,8 @@ void Daemon::queue_orphan(const PinnedOrphan& orphan, TimePoint now) {
         dirty_ = true;
 }
 
-std::string Daemon::status_json() {
-    return ask([this](TimePoint now) { return render_status(now); });
+std::string Daemon::status_json(const reaper::control::StatusQuery& query) {
+    return ask([this, query](TimePoint now) { return render_status(now, query); });
 }
 
 std::string Daemon::metrics_text() {
@@ -364,6 +367,35 @@ PersistedState Daemon::load_state_retrying(const StateStore& store) {
     }
 }
 
+// The control server's connection cap, checked against the descriptor limit: the soft
+// RLIMIT_NOFILE is raised towards the hard one when it is lower than the cap plus the reserve
+// (under the unit, LimitNOFILE sets both and its seccomp filter refuses setrlimit anyway),
+// and the cap is lowered, loudly, when the descriptors still do not suffice.
+ControlServerLimits Daemon::control_limits() const {
+    ControlServerLimits limits;
+    rlimit nofile{};
+    if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0) return limits;
+    const rlim_t wanted = static_cast<rlim_t>(limits.max_connections + reserved_descriptors);
+    if (nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur < wanted) {
+        rlimit raised = nofile;
+        raised.rlim_cur = nofile.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, nofile.rlim_max);
+        if (raised.rlim_cur > nofile.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &raised) == 0) nofile = raised;
+    }
+    const std::uint64_t soft =
+        nofile.rlim_cur == RLIM_INFINITY ? ~std::uint64_t{0} : static_cast<std::uint64_t>(nofile.rlim_cur);
+    const auto fitted = fit_to_descriptors(limits, soft);
+    if (fitted.max_connections < limits.max_connections) {
+        log(Priority::warning, {},
+            "control socket: at most " + std::to_string(fitted.max_connections) +
+                " connections, not " + std::to_string(limits.max_connections) +
+                ": the descriptor limit (RLIMIT_NOFILE) is " + std::to_string(soft) + ", and " +
+                std::to_string(reserved_descriptors) +
+                " are kept for engine calls and log files; raise LimitNOFILE to serve more",
+            {{"NOFILE", std::to_string(soft)}, {"MAX_CONNECTIONS", std::to_string(fitted.max_connections)}});
+    }
+    return fitted;
+}
+
 void Daemon::start_up(TimePoint now) {
     log(Priority::info, {}, std::string("reaperd ") + REAPER_VERSION + " starting",
         {{"DRY_RUN", config_.reaper.dry_run ? "true" : "false"}});
@@ -410,7 +442,7 @@ void Daemon::start_up(TimePoint now) {
             post([this, event = std::move(event)](TimePoint t) { on_watch(event, t); });
         });
     if (options_.control_server) {
-        control_ = std::make_unique<ControlServer>(config_.control, *this);
+        control_ = std::make_unique<ControlServer>(config_.control, *this, control_limits());
         control_->start();
         if (!config_.metrics.listen.empty()) {
             metrics_http_ = std::make_unique<MetricsHttpServer>(config_.metrics.listen,
@@ -888,14 +920,38 @@ const char* Daemon::engine_state_name(EngineState state) {
     return "starting";
 }
 
-std::string Daemon::render_status(TimePoint now) const {
+std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQuery& query) const {
     Poco::JSON::Object root;
     root.set("engine", engine_state_name(engine_state_));
     if (!engine_error_.empty()) root.set("engine_error", engine_error_);
     root.set("ready", ready_);
     root.set("dry_run", config_.reaper.dry_run);
+    // Tombstones can number 100,000 (28 MB of status, over the reply cap, when each was
+    // listed): only the newest `limit` are, picked in O(n log limit).
+    using Entry = std::pair<const std::string, Session>;
+    std::vector<const Entry*> listed;
+    std::vector<const Entry*> ended;
+    for (const auto& entry : registry_.sessions) {
+        if (entry.second.state() == SessionState::ended) {
+            ended.push_back(&entry);
+        } else if (!query.ended) {
+            listed.push_back(&entry);
+        }
+    }
+    const std::uint64_t limit = query.limit.value_or(
+        query.ended ? reaper::control::status_default_ended_limit
+                    : reaper::control::status_default_newest_ended);
+    const auto shown = static_cast<std::size_t>(std::min<std::uint64_t>(limit, ended.size()));
+    const auto newer = [](const Entry* a, const Entry* b) {
+        if (*a->second.ended_at != *b->second.ended_at) return *a->second.ended_at > *b->second.ended_at;
+        return a->first < b->first;
+    };
+    std::partial_sort(ended.begin(), ended.begin() + static_cast<std::ptrdiff_t>(shown), ended.end(), newer);
+    listed.insert(listed.end(), ended.begin(), ended.begin() + static_cast<std::ptrdiff_t>(shown));
     Poco::JSON::Array sessions;
-    for (const auto& [id, s] : registry_.sessions) {
+    for (const Entry* entry : listed) {
+        const auto& id = entry->first;
+        const auto& s = entry->second;
         Poco::JSON::Object o;
         o.set("id", id);
         SessionState state = s.state();
@@ -928,6 +984,8 @@ std::string Daemon::render_status(TimePoint now) const {
         sessions.add(o);
     }
     root.set("sessions", sessions);
+    root.set("ended_sessions", static_cast<std::uint64_t>(ended.size()));
+    root.set("ended_listed", static_cast<std::uint64_t>(shown));
     root.set("tracked_containers", static_cast<std::uint64_t>(registry_.tracked_count()));
     root.set("pending_reaps", static_cast<std::uint64_t>(registry_.pending.size()));
     Poco::JSON::Array pending;

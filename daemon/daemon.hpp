@@ -12,6 +12,7 @@
 //                  "end_reason": "..." (ended only), "proxy": bool (a lease of it came with a
 //                  labelling proxy), "containers_labelled", "networks_labelled",
 //                  "volumes_labelled": n (what its proxies labelled; proxy only)}],
+//    "ended_sessions": n (every tombstone), "ended_listed": n (how many "sessions" shows),
 //    "tracked_containers": n, "pending_reaps": n,
 //    "pending": [{"container", "name", "session", "reason", "failures", "in_flight"}],
 //    "tracked_networks": n, "tracked_volumes": n,     (session-owned)
@@ -22,6 +23,9 @@
 //                 "networks_reaped", "volumes_reaped",
 //                 "actions": {"<kind>": n},
 //                 "guard": {"<outcome>": n}}}   (guard.hpp: what the door made of each call)
+// "sessions" lists every live session, then the newest ended ones (StatusQuery::limit, by
+// default reaper::control::status_default_newest_ended); with StatusQuery::ended, only ended
+// sessions, newest first (by default status_default_ended_limit of them).
 // A session's deadline: grace -> when it ends; ended -> when its tombstone expires;
 // unclaimed -> when unclaimed_grace ends it (if set); leased -> null.
 #pragma once
@@ -95,7 +99,7 @@ public:
     // queues the reap of that id on the loop. Every attempt acts on that id only.
     reaper::control::Reply orphan_reported(const std::string& container,
                                            const std::string& session) override;
-    std::string status_json() override;
+    std::string status_json(const reaper::control::StatusQuery& query = {}) override;
     std::string metrics_text() override;
 
 private:
@@ -132,7 +136,8 @@ private:
     void save_state_if_dirty();
     void publish_status();
 
-    std::string render_status(TimePoint now) const;
+    ControlServerLimits control_limits() const;
+    std::string render_status(TimePoint now, const reaper::control::StatusQuery& query) const;
     std::string render_metrics() const;
     std::map<std::string, std::uint64_t> capper_actions() const;  // log-cap actions by kind
     std::map<std::string, std::uint64_t> refusals() const;        // the door's, by reason

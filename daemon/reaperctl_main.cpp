@@ -16,8 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -70,8 +72,12 @@ const char* const usage_text =
     "  orphan CONTAINER [--session SESSION] [--json]\n"
     "                               report a container to reap now; says the full id it\n"
     "                               resolved to and whether its reap was queued\n"
-    "  status [--json]              sessions (with what their proxies labelled), tracked\n"
-    "                               containers, pending reaps, counters\n"
+    "  status [--ended] [--limit N] [--json]\n"
+    "                               live sessions (with what their proxies labelled), the\n"
+    "                               count of ended ones and the newest few, tracked\n"
+    "                               containers, pending reaps, counters; --ended lists the\n"
+    "                               ended sessions instead, newest first (--limit N of them,\n"
+    "                               default 1000)\n"
     "  metrics                      the daemon's metrics (Prometheus text)\n"
     "\n"
     "Options:\n"
@@ -414,6 +420,8 @@ struct Arguments {
     bool wait = false;                  // end --wait
     std::optional<std::string> timeout; // end --wait --timeout DUR
     bool json = false;
+    bool ended = false;                         // status --ended
+    std::optional<std::uint64_t> limit;         // status --limit N
     bool help = false;
     bool version = false;
 };
@@ -445,6 +453,21 @@ Arguments parse_arguments(int argc, char** argv) {
         } else if (word == "--json" &&
                    (args.command == "status" || args.command == "end" || args.command == "orphan")) {
             args.json = true;
+        } else if (word == "--ended" && args.command == "status") {
+            args.ended = true;
+        } else if ((word == "--limit" || word.starts_with("--limit=")) && args.command == "status") {
+            std::string text;
+            if (word == "--limit") {
+                if (i + 1 >= words.size()) throw UsageError{"--limit needs a number"};
+                text = words[++i];
+            } else {
+                text = word.substr(8);
+            }
+            if (text.empty() || text.size() > 18 ||
+                !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+                throw UsageError{"--limit needs a non-negative number, not \"" + text + "\""};
+            }
+            args.limit = std::stoull(text);
         } else if (word == "--wait" && args.command == "end") {
             args.wait = true;
         } else if ((word == "--timeout" || word.starts_with("--timeout=")) && args.command == "end") {
@@ -554,8 +577,8 @@ int dispatch(const Arguments& args) {
         return exit_ok;
     }
     if (args.command == "status") {
-        expect_operands(args, 0, "no arguments besides --json");
-        const auto status = client.status_json();
+        expect_operands(args, 0, "no arguments besides --ended, --limit and --json");
+        const auto status = client.status_json({args.ended, args.limit});
         if (args.json) {
             print_text(status);
         } else {

@@ -204,6 +204,8 @@ enum Field : unsigned {
     container_field = 1u << 1,
     proxy_field = 1u << 2,
     counts_fields = 1u << 3,  // containers_labelled, networks_labelled, volumes_labelled
+    ended_field = 1u << 4,
+    limit_field = 1u << 5,
 };
 
 struct CountField {
@@ -220,6 +222,8 @@ std::optional<Field> known_field(const std::string& name) {
     if (name == "session") return session_field;
     if (name == "container") return container_field;
     if (name == "proxy") return proxy_field;
+    if (name == "ended") return ended_field;
+    if (name == "limit") return limit_field;
     for (const auto& field : count_fields) {
         if (name == field.name) return counts_fields;
     }
@@ -239,7 +243,7 @@ constexpr std::array<OpSpec, 7> op_specs{{
     {Op::End, "end", session_field, session_field},
     {Op::Orphan, "orphan", session_field | container_field, container_field},
     {Op::Session, "session", session_field, session_field},
-    {Op::Status, "status", 0, 0},
+    {Op::Status, "status", ended_field | limit_field, 0},
     {Op::Metrics, "metrics", 0, 0},
 }};
 
@@ -667,6 +671,12 @@ Request parse_request(std::string_view line) {
     if ((spec->takes & proxy_field) != 0 && object->has("proxy")) {
         request.proxy = bool_field(*object, "proxy");
     }
+    if ((spec->takes & ended_field) != 0 && object->has("ended")) {
+        request.ended = bool_field(*object, "ended");
+    }
+    if ((spec->takes & limit_field) != 0 && object->has("limit")) {
+        request.limit = count_field(*object, "limit");
+    }
     if ((spec->takes & counts_fields) != 0) {
         for (const auto& field : count_fields) {
             if (!object->has(field.name)) continue;
@@ -701,6 +711,16 @@ std::string encode_request(const Request& request) {
         if (request.proxy) object.set("proxy", true);
     } else if (request.proxy) {
         throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no proxy");
+    }
+    if ((spec.takes & ended_field) != 0) {
+        if (request.ended) object.set("ended", true);
+    } else if (request.ended) {
+        throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no \"ended\"");
+    }
+    if ((spec.takes & limit_field) != 0) {
+        if (request.limit) object.set("limit", static_cast<Poco::UInt64>(*request.limit));
+    } else if (request.limit) {
+        throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no \"limit\"");
     }
     const bool counts = (spec.takes & counts_fields) != 0 &&
                         ((spec.takes & proxy_field) == 0 || request.proxy);
@@ -881,8 +901,11 @@ Reply ControlClient::session(const std::string& session) {
     return Connection(socket_path_, timeout_).exchange(request);
 }
 
-std::string ControlClient::status_json() {
-    const auto reply = Connection(socket_path_, timeout_).exchange(Request{Op::Status, {}, {}});
+std::string ControlClient::status_json(const StatusQuery& query) {
+    Request request{Op::Status, {}, {}};
+    request.ended = query.ended;
+    request.limit = query.limit;
+    const auto reply = Connection(socket_path_, timeout_).exchange(request);
     if (reply.status_json.empty()) {
         throw ControlError("talking to reaperd at " + socket_path_ + ": status reply has no \"status\"");
     }

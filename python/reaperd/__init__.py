@@ -80,9 +80,9 @@ def session(session, socket_path=None, timeout=2.0):
     return Client(socket_path, timeout).session(session)
 
 
-def status(socket_path=None, timeout=2.0):
-    """The daemon's status object, a dict."""
-    return Client(socket_path, timeout).status()
+def status(socket_path=None, timeout=2.0, ended=False, limit=None):
+    """The daemon's status object, a dict (Client.status says what ended and limit do)."""
+    return Client(socket_path, timeout).status(ended=ended, limit=limit)
 
 
 def metrics(socket_path=None, timeout=2.0):

@@ -323,9 +323,21 @@ class Client:
             request["session"] = session
         return self._call(request)
 
-    def status(self):
-        """The daemon's status object (a dict; its fields may grow)."""
-        reply = self._call({"op": "status"})
+    def status(self, ended=False, limit=None):
+        """The daemon's status object (a dict; its fields may grow).
+
+        By default "sessions" holds the live sessions and the newest few ended ones
+        ("ended_sessions" counts them all); ended=True lists only the ended ones, newest
+        first, at most `limit` (the daemon's default when None).
+        """
+        request = {"op": "status"}
+        if ended:
+            request["ended"] = True
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+                raise ValueError(f"limit must be a non-negative integer, not {limit!r}")
+            request["limit"] = limit
+        reply = self._call(request)
         status = reply.get("status")
         if not isinstance(status, dict):
             raise ControlError(f"talking to reaperd at {self.socket_path}: "

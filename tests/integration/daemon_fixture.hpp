@@ -169,9 +169,11 @@ public:
     reaper::control::ControlClient control() const {
         return reaper::control::ControlClient(socket, 10s);
     }
+    // Lists every session, the ended ones too (a plain status lists only the newest few ended
+    // ones, and tests look sessions up by id).
     Poco::JSON::Object::Ptr status() const {
         Poco::JSON::Parser parser;
-        return parser.parse(control().status_json()).extract<Poco::JSON::Object::Ptr>();
+        return parser.parse(control().status_json({false, 1'000'000})).extract<Poco::JSON::Object::Ptr>();
     }
     bool answers() const {
         try {

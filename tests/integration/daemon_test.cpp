@@ -2,7 +2,9 @@
 // the ownership rule under load, running containers, dry run, bad control input, fd leaks.
 #include "daemon_fixture.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
@@ -282,4 +284,62 @@ BOOST_AUTO_TEST_CASE(unclaimed_grace_ends_sessions_that_never_leased) {
     opted_in.start();
     BOOST_TEST(eventually([&] { return !exists(a); }));
     BOOST_TEST(opted_in.session_state("unclaimed-1") == "ended");
+}
+
+// A plain status lists the live sessions and only the newest ended ones, with their count
+// (100,000 tombstones made a 28 MB status, over the reply cap); `reaperctl status --ended
+// --limit N` and the op's "ended"/"limit" fields list the ended ones, newest first.
+BOOST_AUTO_TEST_CASE(status_summarises_ended_sessions_and_lists_them_on_request) {
+    Reaperd d;
+    d.start();
+    auto control = d.control();
+    auto lease = control.lease("live-one");
+    Poco::JSON::Parser parser;
+    auto ask = [&](reaper::control::StatusQuery query) {
+        return parser.parse(control.status_json(query)).extract<Poco::JSON::Object::Ptr>();
+    };
+    // Sessions other test cases left in this process's engine may be there too.
+    const auto before = ask({}) ->getValue<std::uint64_t>("ended_sessions");
+    for (int i = 0; i < 25; ++i) control.end("old-" + std::to_string(i));
+
+    const auto plain = ask({});
+    BOOST_TEST(plain->getValue<std::uint64_t>("ended_sessions") == before + 25);
+    BOOST_TEST(plain->getValue<std::uint64_t>("ended_listed") == reaper::control::status_default_newest_ended);
+    auto ids = [](const Poco::JSON::Object::Ptr& status, const std::string& state = "") {
+        std::vector<std::string> out;
+        const auto sessions = status->getArray("sessions");
+        for (std::size_t i = 0; i < sessions->size(); ++i) {
+            const auto s = sessions->getObject(static_cast<unsigned>(i));
+            if (state.empty() || s->getValue<std::string>("state") == state) {
+                out.push_back(s->getValue<std::string>("id"));
+            }
+        }
+        return out;
+    };
+    const auto live = ids(plain);
+    BOOST_TEST((std::find(live.begin(), live.end(), "live-one") != live.end()));
+    const auto ended_shown = ids(plain, "ended");
+    BOOST_TEST(ended_shown.size() == reaper::control::status_default_newest_ended);
+    BOOST_TEST(ended_shown.front() == "old-24");  // the newest first
+    BOOST_TEST((std::find(ended_shown.begin(), ended_shown.end(), "old-0") == ended_shown.end()));
+
+    const auto ended = ask({true, 3});
+    BOOST_TEST(ids(ended) == (std::vector<std::string>{"old-24", "old-23", "old-22"}),
+               boost::test_tools::per_element());
+    BOOST_TEST(ended->getValue<std::uint64_t>("ended_sessions") == before + 25);
+    BOOST_TEST(ids(ask({true, std::nullopt})).size() == before + 25);
+    BOOST_TEST(ids(ask({true, 0})).empty());
+
+    // The same through reaperctl.
+    const std::string command = std::string(REAPERCTL_PATH) + " --socket " + d.socket +
+                                " status --ended --limit 2 --json";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    BOOST_REQUIRE(pipe != nullptr);
+    std::string text;
+    char buffer[4096];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) text.append(buffer, n);
+    BOOST_TEST(::pclose(pipe) == 0);
+    const auto shown = parser.parse(text).extract<Poco::JSON::Object::Ptr>();
+    BOOST_TEST(ids(shown) == (std::vector<std::string>{"old-24", "old-23"}), boost::test_tools::per_element());
+    lease->release();
 }

@@ -55,7 +55,8 @@ public:
         record({"orphan", container, session});
         return {};
     }
-    std::string status_json() override {
+    std::string status_json(const reaper::control::StatusQuery& query) override {
+        record({"status", query.ended ? "ended" : "", query.limit ? std::to_string(*query.limit) : ""});
         return R"({"sessions":[{"id":"s1","state":"leased","leases":1}],"tracked_containers":3,)"
                R"("pending_reaps":[],"counters":{"reaps_done":7}})";
     }
@@ -354,7 +355,16 @@ BOOST_AUTO_TEST_CASE(status_and_metrics_print_what_the_daemon_says) {
 
     Reaperctl json(f.dir, f.with_socket({"status", "--json"}));
     BOOST_TEST(json.wait() == 0);
-    BOOST_TEST(json.stdout_text() == f.handler.status_json() + "\n");
+    BOOST_TEST(json.stdout_text() == f.handler.status_json({}) + "\n");
+
+    // --ended and --limit reach the daemon as the status op's fields.
+    Reaperctl ended(f.dir, f.with_socket({"status", "--ended", "--limit", "4", "--json"}));
+    BOOST_TEST(ended.wait() == 0, ended.stderr_text());
+    BOOST_TEST(f.handler.count("status", "ended") == 1u);
+    const auto asked = f.handler.events();
+    BOOST_TEST((std::find_if(asked.begin(), asked.end(), [](const Event& e) {
+                    return e.kind == "status" && e.a == "ended" && e.b == "4";
+                }) != asked.end()));
 
     Reaperctl metrics(f.dir, f.with_socket({"metrics"}));
     BOOST_TEST(metrics.wait() == 0);
@@ -389,7 +399,9 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_64) {
              {}, {"frobnicate"}, {"end"}, {"end", "a", "b"}, {"end", "bad id"}, {"status", "--bogus"},
              {"run", "s"}, {"run"}, {"--socket"}, {"orphan"}, {"hold", ""},
              {"end", "s", "--timeout", "5s"}, {"end", "s", "--wait", "--timeout", "soon"},
-             {"end", "s", "--wait", "--timeout"}, {"hold", "s", "--wait"}, {"run", "--json", "s", "true"}}) {
+             {"end", "s", "--wait", "--timeout"}, {"hold", "s", "--wait"}, {"run", "--json", "s", "true"},
+             {"status", "--limit"}, {"status", "--limit", "-1"}, {"status", "--limit=many"},
+             {"end", "s", "--ended"}}) {
         Reaperctl ctl(dir, args);
         BOOST_TEST_CONTEXT((args.empty() ? std::string("(none)") : args[0])) {
             BOOST_TEST(ctl.wait() == 64, ctl.stderr_text());

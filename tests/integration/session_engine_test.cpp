@@ -188,7 +188,7 @@ struct RecordingHandler final : reaperd::ControlHandler {
         orphans.emplace_back(container, session);
         return {};
     }
-    std::string status_json() override { return "{}"; }
+    std::string status_json(const reaper::control::StatusQuery&) override { return "{}"; }
     std::string metrics_text() override { return ""; }
     int leases(const std::string& session) {
         std::lock_guard lock(mutex);

@@ -49,6 +49,19 @@ def test_requests_are_one_json_line_each_with_exactly_the_ops_fields(daemon):
     ]
 
 
+def test_status_asks_for_ended_sessions_and_a_limit_only_when_given(daemon):
+    client = reaperd.Client(daemon.path)
+    client.status(ended=True, limit=5)
+    client.status(limit=0)
+    assert daemon.request_list() == [
+        {"op": "status", "ended": True, "limit": 5},
+        {"op": "status", "limit": 0},
+    ]
+    for bad in (-1, True, "5"):
+        with pytest.raises(ValueError):
+            client.status(limit=bad)
+
+
 def test_module_functions_use_reaperd_socket_from_the_environment(daemon, monkeypatch):
     monkeypatch.setenv("REAPERD_SOCKET", daemon.path)
     reaperd.end("s1")

@@ -133,7 +133,8 @@ class Reaperd:
             self.process = None
 
     def status(self):
-        return reaperd.status(self.socket)
+        # Every session, the ended ones too (a plain status lists only the newest few ended).
+        return reaperd.status(self.socket, limit=1000000)
 
     def session_state(self, session):
         for s in self.status()["sessions"]:

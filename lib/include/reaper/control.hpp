@@ -19,7 +19,7 @@
 //                                                 "name":..,"session":..,"owned":..,"queued":..}
 //   {"op":"session","session":"S"}            -> {"ok":true,"session":"S","known":..,
 //                                                 "ready":..,"remaining":{"containers":N,..}}
-//   {"op":"status"}                           -> {"ok":true,"status":{...}}
+//   {"op":"status"[,"ended":true][,"limit":N]} -> {"ok":true,"status":{...}}
 //   {"op":"metrics"}                          -> {"ok":true,"metrics":"<prometheus text>"}
 //
 // Compatibility: a request field this side does not know is ignored (a newer client's new
@@ -64,6 +64,23 @@ struct Request {
     std::string container;  // orphan
     bool proxy = false;     // lease: the holder runs a labelling proxy
     LabelledCounts labelled;  // lease with proxy (what it labelled before this connection), update
+    // status: list the ended sessions (newest first) instead of the live ones.
+    bool ended = false;
+    // status: at most this many ended sessions listed; unset is the daemon's default (the
+    // newest few in a plain status, status_default_ended_limit with "ended":true).
+    std::optional<std::uint64_t> limit;
+};
+
+// A plain status lists every live session and only this many of the ended ones (the newest),
+// with their total count: a status with 100,000 tombstones stays small and fast.
+inline constexpr std::uint64_t status_default_newest_ended = 10;
+// A status with "ended":true and no "limit" lists this many ended sessions, newest first.
+inline constexpr std::uint64_t status_default_ended_limit = 1000;
+
+// What a status request asks for (Request::ended, Request::limit).
+struct StatusQuery {
+    bool ended = false;
+    std::optional<std::uint64_t> limit;
 };
 
 // A message that breaks the protocol; what() names the problem.
@@ -206,7 +223,7 @@ public:
     // What reaperd still sees of one session (Reply::remaining); an older daemon refuses the
     // op (ErrorReply "unknown op").
     Reply session(const std::string& session);
-    std::string status_json();  // the "status" object, as JSON text
+    std::string status_json(const StatusQuery& query = {});  // the "status" object, as JSON text
     std::string metrics_text();
 
 private:
