@@ -673,9 +673,19 @@ std::vector<Member> top_level_members(std::string_view text) {
 
 // Go's encoding/json matches a field name case-insensitively, with Unicode simple folding:
 // "labels", "LABELS", and "labelſ" (U+017F folds to 's') all reach Labels.
-bool names_labels_field(std::string key) {
-    for (std::size_t at; (at = key.find("\xC5\xBF")) != std::string::npos;) key.replace(at, 2, "s");
-    return iequals(key, "labels");
+bool names_labels_field(std::string_view key) {
+    // Folded by appending rather than by std::string::replace, which GCC 12's -Wrestrict
+    // misreads at -O3 (the .deb's build).
+    std::string folded;
+    for (std::size_t i = 0; i < key.size(); ++i) {
+        if (key.substr(i, 2) == "\xC5\xBF") {
+            folded += 's';
+            ++i;
+        } else {
+            folded += key[i];
+        }
+    }
+    return iequals(folded, "labels");
 }
 
 }  // namespace
