@@ -111,9 +111,18 @@ BOOST_AUTO_TEST_CASE(clients_that_never_read_cannot_take_memory_or_starve_others
                 "%zu status probes, slowest %lld ms, %zu failed\n",
                 static_cast<long long>(duration.count()), baseline, peak, growth_kib, probes,
                 slowest_ms, failures);
+#if defined(__SANITIZE_ADDRESS__)
+    // Under ASan every freed reply sits in its quarantine (256 MiB by default) and the shadow
+    // grows with it: RSS grew 442 MB here with the bound in force, so it says nothing about
+    // the bound. The normal build checks it; this build checks the rest.
+    BOOST_TEST_MESSAGE("ASan build: RSS bound not checked (grew " << growth_kib << " KiB)");
+    constexpr long long slowest_allowed_ms = 1000;
+#else
     BOOST_TEST(growth_kib <= 8 * 1024, "RSS grew " << growth_kib << " KiB");
+    constexpr long long slowest_allowed_ms = 100;
+#endif
     BOOST_TEST(failures == 0u);
-    BOOST_TEST(slowest_ms <= 100, "slowest status " << slowest_ms << " ms");
+    BOOST_TEST(slowest_ms <= slowest_allowed_ms, "slowest status " << slowest_ms << " ms");
     BOOST_TEST(daemon.running());
     BOOST_TEST(daemon.ready());
 }
