@@ -1,5 +1,7 @@
 #include "reaper/control.hpp"
 
+#include "signals_blocked.hpp"
+
 #include <Poco/Dynamic/Var.h>
 #include <Poco/Exception.h>
 #include <Poco/JSON/Array.h>
@@ -594,23 +596,7 @@ private:
     int fd_;
 };
 
-// Blocks every signal on the calling thread while it lives: a thread started meanwhile
-// inherits the full mask from its first instruction, with no window in which it could take
-// a signal meant for the application.
-class AllSignalsBlocked {
-public:
-    AllSignalsBlocked() {
-        sigset_t all;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &previous_);
-    }
-    ~AllSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-    AllSignalsBlocked(const AllSignalsBlocked&) = delete;
-    AllSignalsBlocked& operator=(const AllSignalsBlocked&) = delete;
-
-private:
-    sigset_t previous_;
-};
+using detail::AllSignalsBlocked;
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 // request sent, and relays the body as it arrives.
 #include <reaper/proxy.hpp>
 
+#include "signals_blocked.hpp"
 #include <reaper/control.hpp>
 
 #include <Poco/JSON/Object.h>
@@ -99,22 +100,7 @@ private:
     throw std::system_error(errno, std::generic_category(), what);
 }
 
-// Blocks every signal on the calling thread while it lives, so a thread started meanwhile
-// inherits the full mask from its first instruction.
-class AllSignalsBlocked {
-public:
-    AllSignalsBlocked() {
-        sigset_t all;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &previous_);
-    }
-    ~AllSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-    AllSignalsBlocked(const AllSignalsBlocked&) = delete;
-    AllSignalsBlocked& operator=(const AllSignalsBlocked&) = delete;
-
-private:
-    sigset_t previous_;
-};
+using detail::AllSignalsBlocked;
 
 // An eventfd to wake a thread that waits in poll().
 class Wakeup {
