@@ -167,6 +167,10 @@ if [ -z "$container" ]; then
   exit 1
 fi
 in_ctr() { docker_cli exec "$container" "$@"; }
+# The unit's journal as one string: `journalctl | grep -q` under pipefail fails when grep
+# stops reading at the first match and journalctl gets SIGPIPE (CI saw a false "no
+# 'stopped' record" that way, with two of them in the journal).
+unit_journal() { in_ctr journalctl -u reaperd.service --no-pager "$@" 2>/dev/null; }
 unit_prop() { in_ctr systemctl show -p "$1" --value reaperd.service 2>/dev/null | tr -d '\r'; }
 journal_json() { in_ctr journalctl -u reaperd.service --no-pager -o json "$@" 2>/dev/null; }
 # wait_for SECONDS COMMAND...: polls every 0.2 s.
@@ -307,7 +311,7 @@ if wait_for 90 restarted; then
 else
   fail "not restarted after SIGSTOP (state $(unit_prop ActiveState), pid $(unit_prop MainPID))"
 fi
-if in_ctr journalctl -u reaperd.service --no-pager 2>/dev/null | grep -q "Watchdog timeout"; then
+if grep -q "Watchdog timeout" <<<"$(unit_journal)"; then
   pass "the journal says: $(in_ctr journalctl -u reaperd.service --no-pager | grep -m1 -o 'Watchdog timeout.*')"
 else
   fail "no 'Watchdog timeout' in the journal"
@@ -352,7 +356,7 @@ in_ctr cp /tmp/reaperd.yaml.good /etc/reaperd/reaperd.yaml
 since=$(in_ctr date '+%Y-%m-%d %H:%M:%S' | tr -d '\r')
 sleep 1
 in_ctr systemctl reload reaperd.service
-reloaded() { journal_json --since "$since" | grep -qF '"MESSAGE":"configuration reloaded"'; }
+reloaded() { grep -qF '"MESSAGE":"configuration reloaded"' <<<"$(journal_json --since "$since")"; }
 if wait_for 30 reloaded && is_active; then
   pass "the fixed config reloads"
 else
@@ -415,7 +419,9 @@ if in_ctr systemctl stop reaperd.service; then
 else
   fail "systemctl stop failed"
 fi
-if in_ctr journalctl -u reaperd.service --no-pager -o cat | grep -q "^stopped"; then
+# journald may still be storing the last lines when systemctl stop returns.
+logged_stopped() { grep -q "^stopped" <<<"$(unit_journal -o cat)"; }
+if wait_for 10 logged_stopped; then
   pass "reaperd logged 'stopped'"
 else
   fail "no 'stopped' record"
