@@ -23,8 +23,9 @@
 // Meanwhile it follows the engine's event stream (every destroy stamped with the moment it
 // reached this process) and samples reaperd's RSS, fds, backlog and registry every second.
 // A late container's latency runs from its creation, so it includes reaperd learning of it:
-// its watcher inspects each created container, one at a time, and the engine answers an
-// inspect of a container that is being started only once the start is done.
+// reaperd registers it from its create event's labels; its log info is looked up off the
+// event path (an inspect, which the engine answers for a starting container only once the
+// start is done).
 //
 // After the load: waits (bounded) until reaperd has reaped every container of every ended
 // session and its registry (`status`, as `reaperctl status --json` shows it) matches the
@@ -621,7 +622,8 @@ struct Sample {
 // Samples reaperd's RSS and fds every second, its backlog (pending reaps, from `metrics`,
 // which costs reaperd far less than `status`) every 5 s, and calls `progress` every 30 s
 // until progress_done(). Also times one engine inspect of `probe` a second: reaperd's
-// watcher makes one such call per create and start event, one at a time.
+// watcher makes such calls (on 4 threads, off the event path) for the log info of each
+// container it caps.
 class Sampler {
 public:
     Sampler(const Reaperd& reaperd, const reaper::ClientOptions& client_options, std::string probe,
@@ -1135,7 +1137,7 @@ int main(int argc, char** argv) {
                     "events handled", double(followed) / window_s, followed, window_s, double(all_events) / window_s);
         auto inspects = sampler.inspect_ms();
         std::printf("  %-44s p50 %.0f, p90 %.0f, max %.0f ms (one a second during the load)\n",
-                    "engine inspect call (1 per create/start event)", percentile(inspects, 50), percentile(inspects, 90),
+                    "engine inspect call (log info lookups)", percentile(inspects, 50), percentile(inspects, 90),
                     percentile(inspects, 100));
         std::printf("  %-44s start %.1f, peak %.1f (VmHWM %.1f), after load %.1f, end %.1f\n", "RSS (MB)", rss_start,
                     std::max(sampler.peak_rss_mb(), rss_after_load), hwm, rss_after_load, rss_end);
@@ -1155,6 +1157,22 @@ int main(int argc, char** argv) {
                     final_view.state_by_session.size(),
                     std::size_t(std::count_if(final_view.state_by_session.begin(), final_view.state_by_session.end(),
                                               [](const auto& s) { return s.second == "ended"; })));
+        // Issue 11's targets, printed beside the figures (met/missed). They are what this load
+        // should show on an idle machine; the exit status stays about correctness, as a
+        // noisy CI machine can miss a latency target without reaperd being wrong.
+        const double remove_p99 = percentile(capacity.remove_ms, 99);
+        const double peak_rss = std::max(sampler.peak_rss_mb(), rss_after_load);
+        auto target_row = [](const char* what, double figure, const char* unit, double target, const char* how) {
+            std::printf("  %-52s %8.1f %-3s target <= %-8.1f %s  (%s)\n", what, figure, unit, target,
+                        figure <= target ? "met   " : "MISSED", how);
+        };
+        std::printf("\ntargets (issue 11, at 1,000 leases and 10,000 containers over 10 minutes)\n");
+        target_row("late container reaped after its create, p99", percentile(latencies.late_ms, 99), "ms", 1500,
+                   "absolute");
+        target_row("all ends p99 / engine's own force-remove p99", remove_p99 > 0 ? percentile(all, 99) / remove_p99 : NAN,
+                   "x", 1.2, "ratio in this run");
+        target_row("registry equal to the engine after the load", converged ? settle_s : NAN, "s", 1.0, "absolute");
+        target_row("reaperd RSS, peak", peak_rss, "MB", 64, "absolute");
         std::printf("\nwall time %.0f s\n", seconds_between(wall0, Clock::now()));
         if (reaperd.exited()) fail("reaperd exited");
         if (!failures.empty()) {

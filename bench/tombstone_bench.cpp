@@ -3,13 +3,17 @@
 // baseline (100 tombstones) and at the load (100,000; --tombstones N) in the same run:
 //   (a) one `end` persisted: Registry::end_session + StateStore::save_changes (the journal
 //       append and its fdatasync), p50/p99/max of --ends N (2000), in this process. Target:
-//       p99 <= 3 ms at the load. Printed beside it: the whole-file save the journal replaced
-//       (StateStore::save of everything), and one compaction's cost and how many ends apart.
+//       p99 <= 3 ms at the load. Measured beside it, so that the disk's share shows: the disk
+//       alone (100 bytes appended and fdatasync'd to a file in the same dir after each end,
+//       under the same load), and the in-process part (the same ends with the state on tmpfs,
+//       /dev/shm, where fdatasync costs nothing). Also printed: the whole-file save the journal
+//       replaced (StateStore::save of everything), and one compaction's cost and how many
+//       ends apart.
 //   (b) restart to ready: reaperd started as a child on a state dir holding the tombstones
 //       and a journal at its largest (just before compaction), until its status says ready.
 //       Target: <= 2 s. Also StateStore::load alone, in this process.
-//   (c) reaperd's RSS (VmRSS) with the tombstones, and `end` over the control socket
-//       (the whole round trip: the loop's decisions too), p50/p99 of 200.
+//   (c) reaperd's RSS (VmRSS) with the tombstones (target: <= 40 MB at the load), and `end`
+//       over the control socket (the whole round trip: the loop's decisions too), p50/p99 of 200.
 //   (d) `reaperctl status` (the process, start to exit) with the tombstones: its wall time
 //       and output size, median of 5. Target: <= 0.3 s and <= 64 KiB at the load.
 // Usage: tombstone_bench [--tombstones N] [--ends N]. Exit status 1 when a target is missed,
@@ -47,6 +51,7 @@ namespace {
 
 constexpr double end_p99_bound_ms = 3;
 constexpr double restart_bound_s = 2;
+constexpr double rss_bound_mb = 40;
 constexpr double status_bound_s = 0.3;
 constexpr std::size_t status_bound_bytes = 64 * 1024;
 
@@ -69,13 +74,14 @@ reaperd::Registry tombstones(std::size_t n, reaperd::TimePoint now) {
     char id[32];
     for (std::size_t i = 0; i < n; ++i) {
         std::snprintf(id, sizeof id, "s-%016llx", static_cast<unsigned long long>(i * 0x9e3779b97f4a7c15ull));
-        r.end_session(id, "end", now);
+        r.end_session(id, reaperd::EndReason::end, now);
     }
     return r;
 }
 
 struct Persisted {
     Spread end;             // one end + save_changes
+    Spread disk;            // 100 bytes appended + fdatasync, in the same dir, after each end
     double full_save_ms = 0;  // StateStore::save of everything (the old way), median of 5
     double compaction_ms = 0;
     std::uint64_t ends_per_compaction = 0;
@@ -91,14 +97,25 @@ Persisted persist(std::size_t n, int ends, const std::string& dir) {
     reaperd::Registry r = tombstones(n, now);
     reaperd::StateStore store(dir);
     store.save_changes(r);  // the snapshot
-    std::vector<double> samples;
+    const std::string baseline_path = dir + "/disk-baseline";
+    const int baseline_fd = ::open(baseline_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (baseline_fd < 0) throw std::runtime_error("cannot create " + baseline_path);
+    const std::string record = std::string(99, 'x') + "\n";
+    std::vector<double> samples, disk;
     for (int i = 0; i < ends; ++i) {
         auto t = Clock::now();
-        r.end_session("bench-end-" + std::to_string(i), "end", now);
+        r.end_session("bench-end-" + std::to_string(i), reaperd::EndReason::end, now);
         store.save_changes(r);
         samples.push_back(ms_since(t));
+        t = Clock::now();
+        if (::write(baseline_fd, record.data(), record.size()) < 0 || ::fdatasync(baseline_fd) != 0)
+            throw std::runtime_error("cannot append to " + baseline_path);
+        disk.push_back(ms_since(t));
     }
+    ::close(baseline_fd);
+    ::unlink(baseline_path.c_str());
     out.end = spread(samples);
+    out.disk = spread(disk);
     const std::uint64_t bytes_per_end = (store.stats().journal_bytes - 40) / std::max<std::uint64_t>(1, store.stats().journal_records);
     out.ends_per_compaction = std::max<std::uint64_t>(64 * 1024, store.stats().snapshot_bytes / 4) / std::max<std::uint64_t>(1, bytes_per_end);
 
@@ -122,7 +139,7 @@ Persisted persist(std::size_t n, int ends, const std::string& dir) {
         const std::uint64_t limit = std::max<std::uint64_t>(64 * 1024, store.stats().snapshot_bytes / 4);
         int i = 0;
         while (store.stats().journal_bytes + 200 < limit) {
-            r.end_session("fill-" + std::to_string(i++), "end", now);
+            r.end_session("fill-" + std::to_string(i++), reaperd::EndReason::end, now);
             store.save_changes(r);
         }
     }
@@ -135,6 +152,29 @@ Persisted persist(std::size_t n, int ends, const std::string& dir) {
     if (loaded.sessions.size() != r.persisted().sessions.size())
         throw std::runtime_error("load gave " + std::to_string(loaded.sessions.size()) + " sessions, not " +
                                  std::to_string(r.persisted().sessions.size()));
+    return out;
+}
+
+// The in-process part of (a): the same ends with the state on tmpfs, where fdatasync is free.
+Spread in_process(std::size_t n, int ends) {
+    const auto now = reaperd::Clock::now();
+    reaperd::Registry r = tombstones(n, now);
+    char pattern[] = "/dev/shm/tombstone-bench.XXXXXX";
+    if (!::mkdtemp(pattern)) throw std::runtime_error("mkdtemp in /dev/shm failed");
+    Spread out;
+    {
+        reaperd::StateStore store(pattern);
+        store.save_changes(r);
+        std::vector<double> samples;
+        for (int i = 0; i < ends; ++i) {
+            auto t = Clock::now();
+            r.end_session("bench-end-" + std::to_string(i), reaperd::EndReason::end, now);
+            store.save_changes(r);
+            samples.push_back(ms_since(t));
+        }
+        out = spread(samples);
+    }
+    fs::remove_all(pattern);
     return out;
 }
 
@@ -255,10 +295,24 @@ int main(int argc, char** argv) {
         std::string work = bench::make_temp_dir("tombstone-bench-state");
         Persisted pb = persist(base, ends, work + "/base");
         Persisted pl = persist(load, ends, work + "/load");
+        const Spread cb = in_process(base, ends), cl = in_process(load, ends);
         std::printf("(a) one end persisted (end + journal append + fdatasync), %d ends:\n", ends);
         std::printf("    %7zu tombstones: p50 %.3f ms, p99 %.3f ms, max %.3f ms\n", base, pb.end.p50, pb.end.p99, pb.end.max);
         std::printf("    %7zu tombstones: p50 %.3f ms, p99 %.3f ms, max %.3f ms (p99 %.2fx baseline)\n", load,
                     pl.end.p50, pl.end.p99, pl.end.max, pl.end.p99 / pb.end.p99);
+        std::printf("    the disk alone (100 B append + fdatasync, same dir, after each end): p50 %.3f / p99 %.3f / "
+                    "max %.3f ms beside %zu, p50 %.3f / p99 %.3f / max %.3f ms beside %zu\n",
+                    pb.disk.p50, pb.disk.p99, pb.disk.max, base, pl.disk.p50, pl.disk.p99, pl.disk.max, load);
+        std::printf("    end p99 / the disk's own p99: %.2fx at %zu, %.2fx at %zu\n", pb.end.p99 / pb.disk.p99, base,
+                    pl.end.p99 / pl.disk.p99, load);
+        std::printf("    in-process part (state on tmpfs): p50 %.3f / p99 %.3f / max %.3f ms at %zu, "
+                    "p50 %.3f / p99 %.3f / max %.3f ms at %zu\n",
+                    cb.p50, cb.p99, cb.max, base, cl.p50, cl.p99, cl.max, load);
+        const bool disk_over = pl.disk.p99 > end_p99_bound_ms;
+        if (disk_over)
+            std::printf("    NOTE: this disk's own fdatasync p99 (%.3f ms) is above the %.0f ms target by itself: "
+                        "no end that is fdatasync'd can meet it here\n",
+                        pl.disk.p99, end_p99_bound_ms);
         std::printf("    whole-file save (the previous way): %.2f ms at %zu, %.1f ms at %zu (%.0fx the journal's p50)\n",
                     pb.full_save_ms, base, pl.full_save_ms, load, pl.full_save_ms / pl.end.p50);
         std::printf("    compaction at %zu: %.1f ms, once per ~%llu ends; snapshot %.1f MB\n", load, pl.compaction_ms,
@@ -290,7 +344,11 @@ int main(int argc, char** argv) {
             std::printf("%s: %s\n", held ? "PASS" : "FAIL", what);
             ok = ok && held;
         };
-        verdict("one persisted end at the load, p99 <= 3 ms", pl.end.p99 <= end_p99_bound_ms);
+        verdict(disk_over ? "one persisted end at the load, p99 <= 3 ms (the disk alone is over it)"
+                          : "one persisted end at the load, p99 <= 3 ms",
+                pl.end.p99 <= end_p99_bound_ms);
+        verdict("in-process part of an end at the load, p99 <= 3 ms", cl.p99 <= end_p99_bound_ms);
+        verdict("reaperd RSS at the load <= 40 MB", dl.rss_mb <= rss_bound_mb);
         verdict("restart to ready at the load <= 2 s", dl.ready_s <= restart_bound_s);
         verdict("reaperctl status at the load <= 0.3 s", dl.status_s <= status_bound_s);
         verdict("reaperctl status at the load <= 64 KiB", dl.status_bytes <= status_bound_bytes);

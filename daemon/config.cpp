@@ -1,9 +1,11 @@
 #include "config.hpp"
 
+#include "errno_text.hpp"
 #include "read_all.hpp"
+#include "unique_fd.hpp"
 
-#include <Poco/UTF8Encoding.h>
 #include <reaper/client.hpp>
+#include <reaper/units.hpp>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
@@ -30,122 +32,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// ---- durations and sizes ----------------------------------------------------------------
-
-struct Unit {
-    std::string_view name;
-    std::uint64_t factor;
-};
-
-constexpr std::array<Unit, 5> duration_units{{
-    {"d", 86'400'000}, {"h", 3'600'000}, {"m", 60'000}, {"s", 1'000}, {"ms", 1}}};
+// ---- characters (durations and sizes are parsed by reaper/units.hpp) --------------------
 
 constexpr std::uint64_t KiB = 1024;
-constexpr std::array<Unit, 4> size_format_units{{
-    {"TiB", KiB * KiB * KiB * KiB}, {"GiB", KiB * KiB * KiB}, {"MiB", KiB * KiB}, {"KiB", KiB}}};
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_alnum(char c) {
     return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-// A whole number followed by a unit, as written; `why` is set when the text is not that shape.
-struct Quantity {
-    std::uint64_t number = 0;
-    std::string_view unit;
-};
-
-std::optional<Quantity> split_quantity(std::string_view text, std::string& why) {
-    if (text.empty()) {
-        why = "empty";
-        return std::nullopt;
-    }
-    if (text.front() == '-') {
-        why = "negative values are not allowed";
-        return std::nullopt;
-    }
-    std::size_t digits = 0;
-    while (digits < text.size() && is_digit(text[digits]))
-        ++digits;
-    if (digits == 0)
-        return std::nullopt;  // nothing specific to say: the expected form says it all
-    if (digits < text.size() && (text[digits] == '.' || text[digits] == ',')) {
-        why = "fractions are not supported; use a smaller unit";
-        return std::nullopt;
-    }
-    if (digits < text.size() && text[digits] == ' ') {
-        why = "write the number and its unit without a space";
-        return std::nullopt;
-    }
-    Quantity q;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + digits, q.number);
-    if (ec == std::errc::result_out_of_range || end != text.data() + digits) {
-        why = "too large";
-        return std::nullopt;
-    }
-    q.unit = text.substr(digits);
-    return q;
-}
-
-// Parses a duration; on failure returns nullopt with `why` saying what is wrong (or empty
-// when the text is simply not a duration).
-std::optional<Duration> try_parse_duration(std::string_view text, std::string& why) {
-    auto q = split_quantity(text, why);
-    if (!q)
-        return std::nullopt;
-    if (q->unit.empty()) {
-        if (q->number == 0)
-            return Duration{0};
-        why = "no unit; write e.g. " + std::to_string(q->number) + "s (units: ms, s, m, h, d)";
-        return std::nullopt;
-    }
-    for (const Unit& u : duration_units) {
-        if (q->unit != u.name)
-            continue;
-        constexpr auto limit = static_cast<std::uint64_t>(max_duration.count());
-        if (q->number > limit / u.factor) {
-            why = "more than " + format_duration(max_duration) + ", the longest allowed";
-            return std::nullopt;
-        }
-        return Duration{static_cast<Duration::rep>(q->number * u.factor)};
-    }
-    if (std::any_of(q->unit.begin(), q->unit.end(), is_digit))
-        why = "one number and one unit, e.g. 90m rather than 1h30m";
-    else
-        why = "unknown unit \"" + std::string(q->unit) + "\" (units: ms, s, m, h, d)";
-    return std::nullopt;
-}
-
-std::optional<std::uint64_t> try_parse_size(std::string_view text, std::string& why) {
-    auto q = split_quantity(text, why);
-    if (!q)
-        return std::nullopt;
-    // B, or K/M/G/T followed by nothing, B, i or iB (any case): all binary.
-    std::string unit;
-    for (char c : q->unit)
-        unit += lower(c);
-    std::uint64_t factor = 0;
-    if (unit.empty() || unit == "b") {
-        factor = 1;
-    } else if (const std::string rest = unit.substr(1); rest.empty() || rest == "b" || rest == "i" || rest == "ib") {
-        constexpr std::string_view prefixes = "kmgt";
-        if (const std::size_t power = prefixes.find(unit.front()); power != std::string_view::npos) {
-            factor = KiB;
-            for (std::size_t i = 0; i < power; ++i)
-                factor *= KiB;
-        }
-    }
-    if (factor == 0) {
-        why = "unknown unit \"" + std::string(q->unit) + "\" (units: B, KiB, MiB, GiB, TiB)";
-        return std::nullopt;
-    }
-    if (q->number > std::numeric_limits<std::uint64_t>::max() / factor) {
-        why = "too large";
-        return std::nullopt;
-    }
-    return q->number * factor;
-}
 
 // Quotes a value from the file for a message, cut short and with control characters escaped.
 std::string quote(std::string_view text) {
@@ -279,7 +174,7 @@ public:
             return;
         }
         std::string why;
-        auto d = try_parse_duration(node.Scalar(), why);
+        auto d = reaper::try_parse_duration(node.Scalar(), why);
         if (!d) {
             problem(mark, key,
                     with_reason(std::string(duration_expected) + "; got " + quote(node.Scalar()), why));
@@ -295,7 +190,7 @@ public:
             return;
         }
         std::string why;
-        auto bytes = try_parse_size(node.Scalar(), why);
+        auto bytes = reaper::try_parse_size(node.Scalar(), why);
         if (!bytes) {
             problem(mark, key,
                     with_reason(std::string(size_expected) + "; got " + quote(node.Scalar()), why));
@@ -401,8 +296,9 @@ public:
     }
 
     void read(const YAML::Node& node, const std::string& key, LogAction& out) {
-        read_enum(node, key, out,
-                  std::array{LogAction::truncate, LogAction::stop, LogAction::kill, LogAction::remove});
+        std::array<LogAction, log_action_names.size()> values;
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = log_action_names[i].value;
+        read_enum(node, key, out, values);
     }
     void read(const YAML::Node& node, const std::string& key, LogScope& out) {
         read_enum(node, key, out, std::array{LogScope::sessions, LogScope::all});
@@ -464,7 +360,10 @@ const std::vector<Section>& sections() {
           field<&C::engine, &EngineConfig::api_version>("api_version")}},
         {"control",
          {field<&C::control, &ControlConfig::socket>("socket"),
-          field<&C::control, &ControlConfig::group>("group")}},
+          field<&C::control, &ControlConfig::group>("group"),
+          field<&C::control, &ControlConfig::max_connections>("max_connections"),
+          field<&C::control, &ControlConfig::max_connections_per_uid>("max_connections_per_uid"),
+          field<&C::control, &ControlConfig::max_leases_per_uid>("max_leases_per_uid")}},
         {"state", {field<&C::state, &StateConfig::dir>("dir")}},
         {"sessions",
          {field<&C::sessions, &SessionsConfig::labels>("labels"),
@@ -615,9 +514,11 @@ bool group_valid(const std::string& group) {
 
 constexpr std::size_t max_unix_socket_path = 107;  // sun_path holds 108 bytes with the NUL
 constexpr unsigned max_concurrency = 256;
-// Each tombstone costs ~1.2 KB of reaperd's memory and ~80 bytes of state file
-// (bench/tombstone_bench): 10 million is ~12 GB, a typo rather than a plan.
+// Each tombstone costs ~190 bytes of reaperd's memory and ~80 bytes of state file
+// (bench/tombstone_bench): 10 million is ~2 GB, a typo rather than a plan.
 constexpr unsigned max_tombstones_limit = 10'000'000;
+// A connection holds a descriptor; no host gives a daemon more than this many.
+constexpr unsigned max_control_connections = 1u << 20;
 constexpr std::uint64_t min_log_cap = 4 * KiB;
 constexpr std::array<std::string_view, 2> per_container_labels{"reaperd.max-age",
                                                                 "reaperd.log-max-size"};
@@ -672,6 +573,34 @@ void validate(Parser& p, const Config& c) {
     if (!c.control.group.empty())
         check({"control.group"}, group_valid(c.control.group), "control.group",
               "expected a group name or a numeric group id; got " + quote(c.control.group));
+    check({"control.max_connections"},
+          c.control.max_connections >= 1 && c.control.max_connections <= max_control_connections,
+          "control.max_connections",
+          "must be from 1 to " + std::to_string(max_control_connections) + "; got " +
+              std::to_string(c.control.max_connections));
+    // A per-uid limit over its bound is reported where the file sets it, or else at the bound
+    // the file lowered (as reaper.retry_max and retry_initial are).
+    const auto at_most = [&](const std::string& key, unsigned value, const std::string& bound_key,
+                             unsigned bound, std::string_view why) {
+        if (value <= bound || p.bad(key) || p.bad(bound_key)) return;
+        if (p.set_in_file(key) || !p.set_in_file(bound_key))
+            p.problem(key, "must be 0 (no limit) or at most " + bound_key + " (" + std::to_string(bound) +
+                               ")" + std::string(why) + "; got " + std::to_string(value));
+        else
+            p.problem(bound_key, "must be at least " + key + " (" + std::to_string(value) + ")" +
+                                     std::string(why) + ", or lower that too; got " + std::to_string(bound));
+    };
+    if (c.control.max_connections >= 1) {
+        at_most("control.max_connections_per_uid", c.control.max_connections_per_uid,
+                "control.max_connections", c.control.max_connections, "");
+        if (c.control.max_connections_per_uid == 0)
+            at_most("control.max_leases_per_uid", c.control.max_leases_per_uid, "control.max_connections",
+                    c.control.max_connections, ", since each lease holds a connection");
+        else if (c.control.max_connections_per_uid <= c.control.max_connections)
+            at_most("control.max_leases_per_uid", c.control.max_leases_per_uid,
+                    "control.max_connections_per_uid", c.control.max_connections_per_uid,
+                    ", since each lease holds a connection");
+    }
 
     check({"state.dir"}, absolute_path(c.state.dir), "state.dir",
           "expected an absolute path such as /var/lib/reaperd; got " + quote(c.state.dir));
@@ -754,31 +683,28 @@ ConfigProblem file_problem(const std::string& file, std::string message) {
 // own emitter then cannot write back (config_fuzz: an engine.host holding byte 0x97 did not
 // survive --check-config's output). Refuse them up front, at their place.
 void reject_invalid_utf8(const std::string& text, const std::string& file) {
-    const Poco::UTF8Encoding utf8;
+    const std::size_t at = reaper::invalid_utf8_at(text);
+    if (at == std::string_view::npos)
+        return;
+    // The column counts characters: every byte but UTF-8 continuation bytes starts one.
     int line = 1;
     int column = 1;
-    for (std::size_t i = 0; i < text.size();) {
-        const auto* bytes = reinterpret_cast<const unsigned char*>(text.data() + i);
-        const int left = static_cast<int>(std::min<std::size_t>(text.size() - i, 4));
-        const int length = utf8.sequenceLength(bytes, left);
-        if (length <= 0 || length > left || !Poco::UTF8Encoding::isLegal(bytes, length)) {
-            char hex[8];
-            std::snprintf(hex, sizeof hex, "0x%02x", bytes[0]);
-            ConfigProblem p = file_problem(file, std::string("not UTF-8: byte ") + hex +
-                                                     " does not start a valid character; a config "
-                                                     "file is UTF-8 text");
-            p.line = line;
-            p.column = column;
-            throw ConfigError({std::move(p)});
-        }
+    for (std::size_t i = 0; i < at; ++i) {
         if (text[i] == '\n') {
             ++line;
             column = 1;
-        } else {
+        } else if ((static_cast<unsigned char>(text[i]) & 0xc0) != 0x80) {
             ++column;
         }
-        i += static_cast<std::size_t>(length);
     }
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned char>(text[at]));
+    ConfigProblem p = file_problem(file, std::string("not UTF-8: byte ") + hex +
+                                             " does not start a valid character; a config "
+                                             "file is UTF-8 text");
+    p.line = line;
+    p.column = column;
+    throw ConfigError({std::move(p)});
 }
 
 // Records where each document of a YAML stream starts, and nothing else.
@@ -824,20 +750,6 @@ void reject_unparsable_tail(const std::string& text, const std::string& file) {
 }
 
 }  // namespace
-
-std::string_view to_string(LogAction action) noexcept {
-    switch (action) {
-    case LogAction::truncate:
-        return "truncate";
-    case LogAction::stop:
-        return "stop";
-    case LogAction::kill:
-        return "kill";
-    case LogAction::remove:
-        return "remove";
-    }
-    return "truncate";
-}
 
 std::string_view to_string(LogScope scope) noexcept {
     return scope == LogScope::all ? "all" : "sessions";
@@ -951,22 +863,21 @@ ConfigProblem locate_problem(const std::string& file, const std::string& key, co
 }
 
 Config load_config(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        throw ConfigError({file_problem(path, std::string("cannot open: ") + std::strerror(errno))});
+    const reaper::detail::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd)
+        throw ConfigError({file_problem(path, "cannot open: " + reaper::detail::errno_text(errno))});
     std::string text;
     struct stat st {};
     int error = 0;
-    if (::fstat(fd, &st) != 0) {
+    if (::fstat(fd.get(), &st) != 0) {
         error = errno;
     } else if (S_ISDIR(st.st_mode)) {
         error = EISDIR;
     } else {
-        error = read_all(fd, text);
+        error = read_all(fd.get(), text);
     }
-    ::close(fd);
     if (error != 0)
-        throw ConfigError({file_problem(path, std::string("cannot read: ") + std::strerror(error))});
+        throw ConfigError({file_problem(path, "cannot read: " + reaper::detail::errno_text(error))});
     return parse_config(text, path);
 }
 
@@ -991,50 +902,6 @@ std::vector<std::string> config_keys() {
         for (const Field& f : s.fields)
             keys.push_back(std::string(s.name) + "." + std::string(f.name));
     return keys;
-}
-
-Duration parse_duration(std::string_view text) {
-    std::string why;
-    auto d = try_parse_duration(text, why);
-    if (!d)
-        throw std::invalid_argument("invalid duration " + quote(text) +
-                                    (why.empty() ? "; expected e.g. 500ms, 10s, 5m" : ": " + why));
-    return *d;
-}
-
-std::uint64_t parse_size(std::string_view text) {
-    std::string why;
-    auto bytes = try_parse_size(text, why);
-    if (!bytes)
-        throw std::invalid_argument("invalid size " + quote(text) +
-                                    (why.empty() ? "; expected e.g. 100MiB, 1GiB, 0" : ": " + why));
-    return *bytes;
-}
-
-std::string format_duration(Duration d) {
-    if (d.count() == 0)
-        return "0";
-    const bool negative = d.count() < 0;
-    // Negative values never come from parse_duration; shown for diagnostics only.
-    const std::uint64_t ms = negative ? 0 - static_cast<std::uint64_t>(d.count())
-                                      : static_cast<std::uint64_t>(d.count());
-    const Unit* unit = &duration_units.back();
-    for (const Unit& u : duration_units) {
-        if (ms % u.factor == 0) {
-            unit = &u;
-            break;
-        }
-    }
-    return (negative ? "-" : "") + std::to_string(ms / unit->factor) + std::string(unit->name);
-}
-
-std::string format_size(std::uint64_t bytes) {
-    if (bytes == 0)
-        return "0";
-    for (const Unit& u : size_format_units)
-        if (bytes % u.factor == 0)
-            return std::to_string(bytes / u.factor) + std::string(u.name);
-    return std::to_string(bytes);
 }
 
 bool label_key_valid(std::string_view key) noexcept {

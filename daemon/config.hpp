@@ -7,6 +7,10 @@
 // config/reaperd.yaml.
 #pragma once
 
+#include "vocabulary.hpp"
+
+#include <reaper/units.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -17,7 +21,7 @@
 namespace reaperd {
 
 using Duration = std::chrono::milliseconds;
-inline constexpr Duration max_duration = std::chrono::hours{24 * 365};
+using reaper::max_duration;
 
 struct EngineConfig {
     std::string host;  // "" = $DOCKER_HOST, else unix:///var/run/docker.sock
@@ -34,6 +38,15 @@ struct EngineConfig {
 struct ControlConfig {
     std::string socket = "/run/reaperd/control.sock";
     std::string group;  // "" = the daemon's own group; the socket is mode 0660
+    // Connections served at once (leases included), lowered at start-up to fit the
+    // descriptor limit (control_server.hpp fit_to_descriptors).
+    unsigned max_connections = 4096;
+    // Per uid (SO_PEERCRED, root included); 0 = no limit beyond max_connections. Validation
+    // keeps each at most max_connections, and the lease limit at most the connection limit
+    // (a lease is a connection). Defaults a CI host whose hundreds of sessions all run as one
+    // uid does not reach, yet one uid cannot take every connection from the others.
+    unsigned max_connections_per_uid = 3072;
+    unsigned max_leases_per_uid = 2048;  // leases held at once by that uid's connections
 
     friend bool operator==(const ControlConfig&, const ControlConfig&) = default;
 };
@@ -70,9 +83,8 @@ struct ReaperConfig {
     friend bool operator==(const ReaperConfig&, const ReaperConfig&) = default;
 };
 
-enum class LogAction { truncate, stop, kill, remove };
+// LogAction (logs.action) is a vocabulary of its own: vocabulary.hpp.
 enum class LogScope { sessions, all };
-std::string_view to_string(LogAction action) noexcept;  // "truncate", as in the config file
 std::string_view to_string(LogScope scope) noexcept;    // "sessions" or "all"
 
 struct LogsConfig {
@@ -160,22 +172,11 @@ std::string format_config(const Config& config);
 // Every key the file may hold, dotted ("sessions.lease_grace"), in file order.
 std::vector<std::string> config_keys();
 
-// "500ms", "10s", "5m", "2h", "1d", "0" -> milliseconds: a whole number and one unit
-// (ms, s, m, h, d); only 0 may go without a unit; at most max_duration. Throws
-// std::invalid_argument naming the text and what is wrong (negative, fraction, unknown unit,
-// too large).
-Duration parse_duration(std::string_view text);
-// "0", "1024", "10KiB", "10MiB", "1GiB", "1G", "10M", "100k" -> bytes: a whole number and
-// an optional unit B, K, KB, Ki, KiB, and the same for M, G and T (case-insensitive, all
-// binary, as docker's max-size is). Throws std::invalid_argument naming the text and what
-// is wrong.
-std::uint64_t parse_size(std::string_view text);
-// The largest unit that represents d exactly ("10s", "1500ms", "0"); parse_duration reads
-// it back to d for every d >= 0.
-std::string format_duration(Duration d);
-// The largest binary unit that represents bytes exactly ("100MiB", "1536KiB", "1023", "0");
-// parse_size reads it back.
-std::string format_size(std::uint64_t bytes);
+// Durations and sizes read and written in the one grammar of reaper/units.hpp (sizes binary).
+using reaper::format_duration;
+using reaper::format_size;
+using reaper::parse_duration;
+using reaper::parse_size;
 
 // A docker label key reaperd accepts in sessions.labels: 1 to 255 characters of letters,
 // digits, '.', '-', '_' and '/', starting and ending with a letter or digit

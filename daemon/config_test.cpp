@@ -105,6 +105,9 @@ engine:
 control:
   socket: /run/r/ctl.sock
   group: docker
+  max_connections: 2000
+  max_connections_per_uid: 1000
+  max_leases_per_uid: 0
 state:
   dir: /srv/reaperd
 sessions:
@@ -137,6 +140,9 @@ metrics:
     BOOST_TEST(c.engine.request_timeout.count() == 5000);
     BOOST_TEST(c.control.socket == "/run/r/ctl.sock");
     BOOST_TEST(c.control.group == "docker");
+    BOOST_TEST(c.control.max_connections == 2000u);
+    BOOST_TEST(c.control.max_connections_per_uid == 1000u);
+    BOOST_TEST(c.control.max_leases_per_uid == 0u);
     BOOST_TEST(c.state.dir == "/srv/reaperd");
     BOOST_TEST((c.sessions.labels == std::vector<std::string>{"reaperd.session", "org.testcontainers.sessionId"}));
     BOOST_TEST(c.sessions.lease_grace.count() == 0);
@@ -268,6 +274,20 @@ BOOST_AUTO_TEST_CASE(config_error_table) {
         {"control:\n  socket: /run/reaperd/\n", "control.socket", 2, 11, "expected an absolute path"},
         {"control:\n  socket: " + long_socket + "\n", "control.socket", 2, 11, "the unix socket path limit"},
         {"control:\n  group: \"bad group\"\n", "control.group", 2, 10, "expected a group name"},
+        {"control:\n  max_connections: 0\n", "control.max_connections", 2, 20, "must be from 1 to 1048576; got 0"},
+        {"control:\n  max_leases_per_uid: -1\n", "control.max_leases_per_uid", 2, 23, "expected a whole number"},
+        // per-uid limits: at most their bound, reported where the file sets the value
+        {"control:\n  max_connections_per_uid: 5000\n", "control.max_connections_per_uid", 2, 28,
+         "must be 0 (no limit) or at most control.max_connections (4096); got 5000"},
+        {"control:\n  max_connections: 100\n", "control.max_connections", 2, 20,
+         "must be at least control.max_connections_per_uid (3072), or lower that too; got 100"},
+        {"control:\n  max_connections_per_uid: 10\n", "control.max_connections_per_uid", 2, 28,
+         "must be at least control.max_leases_per_uid (2048), since each lease holds a connection, or lower "
+         "that too; got 10"},
+        {"control:\n  max_connections_per_uid: 10\n  max_leases_per_uid: 11\n", "control.max_leases_per_uid", 3,
+         23, "at most control.max_connections_per_uid (10), since each lease holds a connection; got 11"},
+        {"control:\n  max_connections_per_uid: 0\n  max_leases_per_uid: 4097\n", "control.max_leases_per_uid", 3,
+         23, "at most control.max_connections (4096), since each lease holds a connection; got 4097"},
         {"state:\n  dir: var/lib\n", "state.dir", 2, 8, "expected an absolute path such as /var/lib/reaperd"},
         {"state:\n  dir: {a: 1}\n", "state.dir", 2, 8, "expected a string; got a mapping"},
         {"engine:\n  host: ssh://host\n", "engine.host", 2, 9, "tcp://host:port"},
@@ -403,8 +423,10 @@ BOOST_AUTO_TEST_CASE(format_config_round_trips) {
     c.logs.max_size_bytes = 0;
     c.logs.action = LogAction::remove;
     c.metrics.listen = "[::1]:9";
+    c.control.max_connections_per_uid = 0;
+    c.control.max_leases_per_uid = 4096;
     BOOST_TEST((parse_config(format_config(c), "c.yaml") == c), format_config(c));
-    BOOST_TEST(config_keys().size() == 26u);
+    BOOST_TEST(config_keys().size() == 29u);
 }
 
 // ---- durations and sizes --------------------------------------------------------------------

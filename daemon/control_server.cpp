@@ -1,7 +1,9 @@
 #include "control_server.hpp"
 
+#include "errno_text.hpp"
 #include "log.hpp"
 #include "reaper/control.hpp"
+#include "unique_fd.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -35,7 +37,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string errno_text(int code) { return std::strerror(code); }
+using reaper::detail::errno_text;
+using reaper::detail::UniqueFd;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what, int code) {
     throw std::runtime_error("control socket " + path + ": " + what + ": " + errno_text(code));
@@ -66,11 +69,10 @@ void remove_stale_socket(const std::string& path, const sockaddr_un& address) {
         throw std::runtime_error("control socket " + path +
                                  ": the path exists and is not a socket; not removing it");
     }
-    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe < 0) fail(path, "socket", errno);
-    const int rc = ::connect(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+    const UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!probe) fail(path, "socket", errno);
+    const int rc = ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
     const int code = errno;
-    ::close(probe);
     if (rc == 0) {
         throw std::runtime_error("control socket " + path +
                                  ": another process is listening on it (is reaperd already running?)");
@@ -105,7 +107,7 @@ gid_t resolve_group(const std::string& group) {
 }
 
 struct Connection {
-    int fd = -1;
+    UniqueFd fd;
     std::uint64_t id = 0;
     std::string input;
     std::string output;
@@ -180,13 +182,19 @@ ControlServerLimits fit_to_descriptors(ControlServerLimits limits, std::uint64_t
 
 void ControlHandler::proxy_reported(const std::string&, std::uint64_t, const ProxyReport&) {}
 
+void ControlHandler::request_refused(const std::string&) {}
+
 control::Reply ControlHandler::session_report(const std::string&) {
     throw Refused("this daemon does not answer session queries");
 }
 
 struct ControlServer::Impl {
     Impl(const ControlConfig& config, ControlHandler& handler, ControlServerLimits limits)
-        : path(config.socket), handler(handler), limits(limits) {
+        : path(config.socket),
+          handler(handler),
+          limits(limits),
+          max_connections_per_uid(limits.max_connections_per_uid),
+          max_leases_per_uid(limits.max_leases_per_uid) {
         const auto address = unix_address(path);
         const auto parent = std::filesystem::path(path).parent_path();
         if (!parent.empty()) {
@@ -198,10 +206,10 @@ struct ControlServer::Impl {
             }
         }
         remove_stale_socket(path, address);
-        listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (listener < 0) fail(path, "socket", errno);
+        listener.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (!listener) fail(path, "socket", errno);
         try {
-            if (::bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+            if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
                 fail(path, "bind", errno);
             }
             struct stat info {};
@@ -216,11 +224,11 @@ struct ControlServer::Impl {
                     fail(path, "chgrp " + config.group, errno);
                 }
             }
-            if (::listen(listener, 512) != 0) fail(path, "listen", errno);
-            wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-            if (wake < 0) fail(path, "eventfd", errno);
-            answers_ready = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-            if (answers_ready < 0) fail(path, "eventfd", errno);
+            if (::listen(listener.get(), 512) != 0) fail(path, "listen", errno);
+            wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+            if (!wake) fail(path, "eventfd", errno);
+            answers_ready.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+            if (!answers_ready) fail(path, "eventfd", errno);
         } catch (...) {
             close_everything();
             throw;
@@ -247,7 +255,7 @@ struct ControlServer::Impl {
         if (stopped.exchange(true)) return;
         if (thread.joinable()) {
             const std::uint64_t one = 1;
-            [[maybe_unused]] const auto n = ::write(wake, &one, sizeof one);
+            [[maybe_unused]] const auto n = ::write(wake.get(), &one, sizeof one);
             thread.join();
         }
         for (Desk* desk : {&answerer, &clerk, &resolver}) {
@@ -263,25 +271,19 @@ struct ControlServer::Impl {
     }
 
     void close_everything() {
-        for (auto& [fd, connection] : connections) ::close(fd);
         connections.clear();
-        connections_by_uid.clear();
+        by_uid.clear();
         connection_total = 0;
-        if (listener >= 0) {
-            ::close(listener);
-            listener = -1;
+        if (listener) {
+            listener.reset();
             struct stat info {};
             if (::stat(path.c_str(), &info) == 0 && info.st_dev == bound_device &&
                 info.st_ino == bound_inode) {
                 ::unlink(path.c_str());
             }
         }
-        for (int* fd : {&wake, &answers_ready}) {
-            if (*fd >= 0) {
-                ::close(*fd);
-                *fd = -1;
-            }
-        }
+        wake.reset();
+        answers_ready.reset();
     }
 
     void serve() {
@@ -290,10 +292,10 @@ struct ControlServer::Impl {
         while (!stopped) {
             const auto now = Clock::now();
             fds.clear();
-            fds.push_back({wake, POLLIN, 0});
-            fds.push_back({answers_ready, POLLIN, 0});
+            fds.push_back({wake.get(), POLLIN, 0});
+            fds.push_back({answers_ready.get(), POLLIN, 0});
             const bool accepting = now >= accept_paused_until;
-            fds.push_back({accepting ? listener : -1, POLLIN, 0});
+            fds.push_back({accepting ? listener.get() : -1, POLLIN, 0});
             auto next_deadline = Clock::time_point::max();
             for (auto& [fd, connection] : connections) {
                 short events = 0;
@@ -352,8 +354,8 @@ struct ControlServer::Impl {
 
     void accept_all() {
         for (;;) {
-            const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0) {
+            UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+            if (!fd) {
                 if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                     // The pending connection stays in the backlog; polling the listener now
                     // would spin, so wait a little for descriptors to come back.
@@ -364,33 +366,42 @@ struct ControlServer::Impl {
                 return;  // EAGAIN (drained), ECONNABORTED, EINTR: poll again
             }
             if (connections.size() >= limits.max_connections) {
+                handler.request_refused("connections");
                 const auto reply = control::encode_error(
                     "too many connections (" + std::to_string(limits.max_connections) + ")");
                 [[maybe_unused]] const auto n =
-                    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-                ::close(fd);
+                    ::send(fd.get(), reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
                 continue;
             }
-            const auto peer = peer_credentials(fd);
-            if (limits.max_connections_per_uid > 0 && peer.uid >= 0 &&
-                connections_by_uid[peer.uid] >= limits.max_connections_per_uid) {
-                const auto reply = control::encode_error(
-                    "too many connections from uid " + std::to_string(peer.uid) + " (" +
-                    std::to_string(limits.max_connections_per_uid) + ")");
+            const auto peer = peer_credentials(fd.get());
+            const std::size_t per_uid = max_connections_per_uid.load();
+            if (per_uid > 0 && peer.uid >= 0 && by_uid[peer.uid].connections >= per_uid) {
+                auto& use = by_uid[peer.uid];
+                handler.request_refused("connections_per_uid");
+                const std::string problem = "too many connections from uid " + std::to_string(peer.uid) +
+                                            " (" + std::to_string(per_uid) + ", control.max_connections_per_uid)";
+                if (!use.connections_refusal_logged) {
+                    use.connections_refusal_logged = true;
+                    log(Priority::warning, {},
+                        "control server: refusing connections: " + problem +
+                            "; logged once until that uid holds fewer",
+                        {{"REQUESTER_UID", std::to_string(peer.uid)}, {"LIMIT", std::to_string(per_uid)}});
+                }
+                const auto reply = control::encode_error(problem);
                 [[maybe_unused]] const auto n =
-                    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-                ::close(fd);
+                    ::send(fd.get(), reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
                 continue;
             }
-            if (peer.uid >= 0) ++connections_by_uid[peer.uid];
+            if (peer.uid >= 0) ++by_uid[peer.uid].connections;
             Connection connection;
-            connection.fd = fd;
+            const int key = fd.get();
+            connection.fd = std::move(fd);
             connection.id = ++last_connection_id;
             connection.last_progress = Clock::now();
             connection.peer_pid = peer.pid;
             connection.peer_uid = peer.uid;
             connection.client = peer.pid > 0 ? peer.pid : -static_cast<std::int64_t>(connection.id);
-            connections.emplace(fd, std::move(connection));
+            connections.emplace(key, std::move(connection));
             ++connection_total;
         }
     }
@@ -481,6 +492,8 @@ struct ControlServer::Impl {
             reject(connection, "a proxy's lease connection takes no requests but \"update\"");
             return;
         }
+        // Before the request is logged: a client refused in a loop must not flood the journal.
+        if (request.op == control::Op::Lease && over_lease_limit(connection)) return;
         if (request.op == control::Op::Lease || request.op == control::Op::End ||
             request.op == control::Op::Orphan) {
             log_request(connection, request);
@@ -490,6 +503,7 @@ struct ControlServer::Impl {
             case control::Op::Lease:
                 handler.lease_opened(request.session, connection.id);
                 connection.lease_session = request.session;
+                if (connection.peer_uid >= 0) ++by_uid[connection.peer_uid].leases;
                 if (request.proxy) {
                     connection.proxy = true;
                     handler.proxy_reported(request.session, connection.id,
@@ -527,6 +541,31 @@ struct ControlServer::Impl {
         }
     }
 
+    // Whether `connection`'s uid already holds max_leases_per_uid leases: if so, the lease it
+    // asks for is refused with an error naming the limit and the connection closes. Logged
+    // once per uid until it holds fewer leases again, so a client retrying in a loop cannot
+    // flood the journal; every refusal is counted (ControlHandler::request_refused).
+    bool over_lease_limit(Connection& connection) {
+        const std::size_t limit = max_leases_per_uid.load();
+        if (limit == 0 || connection.peer_uid < 0) return false;
+        auto& use = by_uid[connection.peer_uid];
+        if (use.leases < limit) return false;
+        handler.request_refused("leases_per_uid");
+        const std::string problem = "too many leases held by uid " + std::to_string(connection.peer_uid) + " (" +
+                                    std::to_string(limit) + ", control.max_leases_per_uid)";
+        if (!use.leases_refusal_logged) {
+            use.leases_refusal_logged = true;
+            auto fields = requester_fields(connection);
+            fields.push_back({"LIMIT", std::to_string(limit)});
+            log(Priority::warning, {},
+                "control server: refusing leases: " + problem + "; logged once until that uid holds fewer",
+                std::move(fields));
+        }
+        connection.output += control::encode_error(problem);
+        connection.closing = true;
+        return true;
+    }
+
     // Status, metrics, ends and session queries wait for the daemon's main loop, which may be
     // busy for a while, and an orphan report for the engine's inspect: they are answered on
     // desks of their own (one thread each), so leases keep flowing meanwhile, an engine slow
@@ -537,7 +576,7 @@ struct ControlServer::Impl {
         connection.waiting = true;
         {
             std::lock_guard lock(questions_mutex);
-            desk.questions.push_back({connection.fd, connection.id, std::move(request), {}});
+            desk.questions.push_back({connection.fd.get(), connection.id, std::move(request), {}});
         }
         desk.cv.notify_one();
     }
@@ -549,7 +588,7 @@ struct ControlServer::Impl {
         };
         switch (request.op) {
             case control::Op::Status:
-                return control::encode_status_reply(handler.status_json({request.ended, request.limit}));
+                return control::encode_status_reply(handler.status_json({request.ended, request.limit, request.pending}));
             case control::Op::Metrics: return control::encode_metrics_reply(handler.metrics_text());
             case control::Op::Orphan: return ok(handler.orphan_reported(request.container, request.session));
             case control::Op::End: return ok(handler.end_session(request.session));
@@ -589,13 +628,13 @@ struct ControlServer::Impl {
                 answers.push_back(std::move(question));
             }
             const std::uint64_t one = 1;
-            [[maybe_unused]] const auto n = ::write(answers_ready, &one, sizeof one);
+            [[maybe_unused]] const auto n = ::write(answers_ready.get(), &one, sizeof one);
         }
     }
 
     void deliver_answers() {
         std::uint64_t count = 0;
-        [[maybe_unused]] const auto n = ::read(answers_ready, &count, sizeof count);
+        [[maybe_unused]] const auto n = ::read(answers_ready.get(), &count, sizeof count);
         std::deque<Question> ready;
         {
             std::lock_guard lock(questions_mutex);
@@ -654,11 +693,20 @@ struct ControlServer::Impl {
         const auto session = std::move(found->second.lease_session);
         const auto id = found->second.id;
         if (const auto uid = found->second.peer_uid; uid >= 0) {
-            const auto count = connections_by_uid.find(uid);
-            if (count != connections_by_uid.end() && --count->second == 0) connections_by_uid.erase(count);
+            const auto use = by_uid.find(uid);
+            if (use != by_uid.end()) {
+                if (!session.empty()) --use->second.leases;
+                if (--use->second.connections == 0) {
+                    by_uid.erase(use);
+                } else {
+                    // Below a limit again: the next refusal starts a new burst, and is logged.
+                    if (use->second.leases < max_leases_per_uid.load()) use->second.leases_refusal_logged = false;
+                    if (use->second.connections < max_connections_per_uid.load())
+                        use->second.connections_refusal_logged = false;
+                }
+            }
         }
-        connections.erase(found);
-        ::close(fd);
+        connections.erase(found);  // closes fd
         --connection_total;
         if (!session.empty()) {
             try {
@@ -672,9 +720,9 @@ struct ControlServer::Impl {
     std::string path;
     ControlHandler& handler;
     ControlServerLimits limits;
-    int listener = -1;
-    int wake = -1;
-    int answers_ready = -1;
+    UniqueFd listener;
+    UniqueFd wake;
+    UniqueFd answers_ready;
     dev_t bound_device = 0;
     ino_t bound_inode = 0;
     std::thread thread;
@@ -696,7 +744,17 @@ struct ControlServer::Impl {
     std::deque<Question> answers;  // back to the server thread; guarded by questions_mutex
     std::atomic<bool> stopped{false};
     std::unordered_map<int, Connection> connections;  // only the server thread touches it
-    std::unordered_map<std::int64_t, std::size_t> connections_by_uid;  // likewise
+    // What each uid holds (SO_PEERCRED), while it holds a connection; likewise.
+    struct UidUse {
+        std::size_t connections = 0;
+        std::size_t leases = 0;  // of those connections, the ones holding a lease
+        bool connections_refusal_logged = false;  // a refusal was logged in this burst
+        bool leases_refusal_logged = false;
+    };
+    std::unordered_map<std::int64_t, UidUse> by_uid;
+    // ControlServerLimits' per-uid limits; set_uid_limits() may change them from any thread.
+    std::atomic<std::size_t> max_connections_per_uid;
+    std::atomic<std::size_t> max_leases_per_uid;
     std::atomic<std::size_t> connection_total{0};
     std::uint64_t last_connection_id = 0;
     Clock::time_point accept_paused_until{};
@@ -711,6 +769,11 @@ ControlServer::~ControlServer() { stop(); }
 void ControlServer::start() { impl_->start(); }
 
 void ControlServer::stop() { impl_->stop(); }
+
+void ControlServer::set_uid_limits(std::size_t max_connections_per_uid, std::size_t max_leases_per_uid) noexcept {
+    impl_->max_connections_per_uid = max_connections_per_uid;
+    impl_->max_leases_per_uid = max_leases_per_uid;
+}
 
 const std::string& ControlServer::socket_path() const noexcept { return impl_->path; }
 

@@ -75,6 +75,10 @@ public:
     // The JSON object returned as "status", for what the request asked (control.hpp).
     virtual std::string status_json(const reaper::control::StatusQuery& query) = 0;
     virtual std::string metrics_text() = 0;  // Prometheus text exposition
+    // A connection or lease refused by a limit, for a metric: `reason` is "connections"
+    // (max_connections), "connections_per_uid" or "leases_per_uid". Called on the thread
+    // serving every connection; must return at once. Ignored by default.
+    virtual void request_refused(const std::string& reason);
 };
 
 struct ControlServerLimits {
@@ -99,6 +103,10 @@ struct ControlServerLimits {
     // Connections one uid (SO_PEERCRED) may hold at once, leases included; 0 = no limit
     // beyond max_connections. One more gets an error reply naming the limit and is closed.
     std::size_t max_connections_per_uid = 0;
+    // Leases the connections of one uid may hold at once; 0 = no limit. One more lease
+    // request gets an error reply naming the limit and control.max_leases_per_uid, and its
+    // connection is closed; the handler never sees it.
+    std::size_t max_leases_per_uid = 0;
 };
 
 // Descriptors reaperd keeps for what is not a control connection: the listener and its
@@ -131,6 +139,11 @@ public:
     // metrics, end, session or orphan call already running in the handler to return.
     // Idempotent.
     void stop();
+
+    // New per-uid limits (ControlServerLimits' fields of the same names), for a reload: they
+    // apply to connections accepted and leases requested from now on; what is held stays.
+    // Thread-safe.
+    void set_uid_limits(std::size_t max_connections_per_uid, std::size_t max_leases_per_uid) noexcept;
 
     const std::string& socket_path() const noexcept;
     // Connections open right now (leases included); for tests and status.

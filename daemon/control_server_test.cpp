@@ -20,6 +20,8 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
+#include <map>
 #include <optional>
 #include <mutex>
 #include <stdexcept>
@@ -102,6 +104,14 @@ public:
         }
         return "{\n  \"sessions\": [{\"id\": \"s1\", \"state\": \"leased\"}]\n}"; }
     std::string metrics_text() override { return "# TYPE reaperd_up gauge\nreaperd_up 1\n"; }
+    void request_refused(const std::string& reason) override {
+        std::lock_guard lock(mutex_);
+        ++refusals_[reason];
+    }
+    std::size_t refused(const std::string& reason) {
+        std::lock_guard lock(mutex_);
+        return refusals_[reason];
+    }
 
     std::vector<Event> events() {
         std::lock_guard lock(mutex_);
@@ -142,6 +152,7 @@ private:
     std::mutex mutex_;
     std::condition_variable changed_;
     std::vector<Event> events_;
+    std::map<std::string, std::size_t> refusals_;
 };
 
 std::string make_temp_dir() {
@@ -559,6 +570,105 @@ BOOST_AUTO_TEST_CASE(connections_beyond_the_per_uid_limit_are_refused_with_a_cle
     BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 1; }));
     auto c = client.lease("c");
     BOOST_TEST(c->alive());
+}
+
+// Everything the daemon's log writes to stderr (its sink outside journald) while `body` runs.
+std::string stderr_of(const std::function<void()>& body) {
+    char path[] = "/tmp/reaper-control-server-stderr.XXXXXX";
+    const int file = ::mkstemp(path);
+    BOOST_REQUIRE(file >= 0);
+    const int saved = ::dup(2);
+    ::dup2(file, 2);
+    try {
+        body();
+    } catch (...) {
+        ::dup2(saved, 2);
+        throw;
+    }
+    ::dup2(saved, 2);
+    ::close(saved);
+    ::close(file);
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ::unlink(path);
+    return text;
+}
+
+std::size_t occurrences(const std::string& text, const std::string& word) {
+    std::size_t n = 0;
+    for (auto at = text.find(word); at != std::string::npos; at = text.find(word, at + word.size())) ++n;
+    return n;
+}
+
+BOOST_AUTO_TEST_CASE(leases_beyond_the_per_uid_limit_are_refused_counted_and_logged_once_per_burst) {
+    reaperd::ControlServerLimits limits;
+    limits.max_leases_per_uid = 2;
+    Fixture f(limits);
+    control::ControlClient client(f.config.socket);
+    auto a = client.lease("a");
+    auto b = client.lease("b");
+    const std::string refusal = "too many leases held by uid " + std::to_string(::getuid()) +
+                                " (2, control.max_leases_per_uid)";
+    const auto log = stderr_of([&] {
+        for (int i = 0; i < 5; ++i) {
+            try {
+                client.lease("c");
+                BOOST_FAIL("third lease of one uid accepted");
+            } catch (const control::ErrorReply& e) {
+                BOOST_TEST(std::string(e.what()).find(refusal) != std::string::npos, e.what());
+            }
+        }
+        // Plain requests of that uid are still served at its lease limit.
+        BOOST_TEST(client.status_json().find("s1") != std::string::npos);
+    });
+    BOOST_TEST(occurrences(log, "refusing leases") == 1u, log);
+    BOOST_TEST(occurrences(log, "lease session c") == 0u, log);  // refused before the request is logged
+    BOOST_TEST(f.handler.count("opened") == 2u);  // the handler never saw the refused ones
+    BOOST_TEST(f.handler.refused("leases_per_uid") == 5u);
+
+    // A lease freed makes room, and ends the burst: the next refusal is logged again.
+    a->release();
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 1; }));
+    BOOST_REQUIRE(eventually([&] { return f.server->connection_count() == 1; }));
+    auto c = client.lease("c");
+    BOOST_TEST(c->alive());
+    const auto again = stderr_of([&] { BOOST_CHECK_THROW(client.lease("d"), control::ErrorReply); });
+    BOOST_TEST(occurrences(again, "refusing leases") == 1u, again);
+    BOOST_TEST(f.handler.refused("leases_per_uid") == 6u);
+}
+
+BOOST_AUTO_TEST_CASE(a_lease_refused_or_failed_holds_no_place_under_the_per_uid_limit) {
+    reaperd::ControlServerLimits limits;
+    limits.max_leases_per_uid = 1;
+    Fixture f(limits);
+    control::ControlClient client(f.config.socket);
+    BOOST_CHECK_THROW(client.lease("refuse-me"), control::ErrorReply);  // the handler threw
+    auto a = client.lease("a");
+    BOOST_CHECK_THROW(client.lease("b"), control::ErrorReply);
+    a->release();
+    BOOST_REQUIRE(f.handler.wait_for([&] { return f.handler.count("closed") == 1; }));
+    BOOST_REQUIRE(eventually([&] { return f.server->connection_count() == 0; }));
+    auto b = client.lease("b");
+    BOOST_TEST(b->alive());
+}
+
+BOOST_AUTO_TEST_CASE(new_uid_limits_apply_to_new_requests_and_keep_what_is_held) {
+    Fixture f;  // no per-uid limits
+    control::ControlClient client(f.config.socket);
+    auto a = client.lease("a");
+    auto b = client.lease("b");
+    auto c = client.lease("c");
+    f.server->set_uid_limits(0, 2);
+    BOOST_CHECK_THROW(client.lease("d"), control::ErrorReply);
+    BOOST_TEST(a->alive());
+    BOOST_TEST(c->alive());
+    BOOST_TEST(f.handler.count("closed") == 0u);
+    f.server->set_uid_limits(3, 0);
+    BOOST_CHECK_THROW(client.lease("d"), control::ErrorReply);  // a fourth connection
+    BOOST_TEST(f.handler.refused("connections_per_uid") == 1u);
+    f.server->set_uid_limits(0, 0);
+    auto d = client.lease("d");
+    BOOST_TEST(d->alive());
 }
 
 BOOST_AUTO_TEST_CASE(connections_beyond_the_limit_are_refused) {

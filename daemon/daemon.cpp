@@ -45,15 +45,27 @@ sigset_t daemon_signals() {
     return set;
 }
 
+// What the journal says when a session ends, by why.
+const char* end_message(EndReason reason) {
+    switch (reason) {
+        case EndReason::end: return "session ended by its owner";
+        case EndReason::lease_expired: return "session ended: its last lease closed and lease_grace passed";
+        case EndReason::unclaimed: return "session ended: it never took a lease within unclaimed_grace";
+    }
+    return "session ended";
+}
+
 std::string plural(std::size_t n, const char* word) {
     return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
 // The journal line of a session's end names what its labelling proxies labelled (issue "run
 // --own": status and journal), in the message and as fields; nothing without a proxy.
-void name_labelled(const Session& session, std::string& message, std::vector<LogField>& fields) {
-    if (session.proxies.empty()) return;
-    const auto labelled = session.labelled();
+void name_labelled(const Registry& registry, const std::string& id, std::string& message,
+                   std::vector<LogField>& fields) {
+    auto session = registry.sessions.find(id);
+    if (session == registry.sessions.end() || session->second.proxies.empty()) return;
+    const auto labelled = session->second.labelled();
     message += "; its proxy labelled " + plural(labelled.containers, "container") + ", " +
                plural(labelled.networks, "network") + ", " + plural(labelled.volumes, "volume");
     fields.push_back({"PROXY", "true"});
@@ -154,10 +166,8 @@ void Daemon::lease_opened(const std::string& session, std::uint64_t connection_i
     // already sent to the pool is refused from now on (guard.hpp, Expectation::leases_opened).
     guard_.lease_opening(session);
     post([this, session, connection_id](TimePoint now) {
-        bool revived = registry_.sessions.count(session) &&
-                       registry_.sessions.at(session).state() == SessionState::ended;
-        auto before = registry_.sessions.count(session) ? registry_.sessions.at(session).state()
-                                                        : SessionState::unclaimed;
+        auto before = registry_.state_of(session);
+        bool revived = before == SessionState::ended;
         registry_.lease_opened(session, connection_id, now);
         if (before != SessionState::leased) dirty_ = true;
         if (revived)
@@ -169,8 +179,7 @@ void Daemon::lease_opened(const std::string& session, std::uint64_t connection_i
 void Daemon::lease_closed(const std::string& session, std::uint64_t connection_id) {
     post([this, session, connection_id](TimePoint now) {
         registry_.lease_closed(session, connection_id, config_.sessions.lease_grace, now);
-        auto it = registry_.sessions.find(session);
-        if (it != registry_.sessions.end() && it->second.state() != SessionState::leased)
+        if (registry_.known(session) && registry_.state_of(session) != SessionState::leased)
             dirty_ = true;
     });
 }
@@ -186,17 +195,18 @@ reaper::control::Reply Daemon::end_session(const std::string& session) {
     // Shared with the message: a stop may leave it queued after this call gave up waiting.
     auto reply = std::make_shared<reaper::control::Reply>();
     ask([this, session, reply](TimePoint now) {
-        auto known = registry_.sessions.find(session);
         reply->session = session;
-        reply->known = known != registry_.sessions.end();
-        reply->already_ended = known != registry_.sessions.end() && known->second.ended_at;
-        if (registry_.end_session(session, "end", now)) {
+        reply->known = registry_.known(session);
+        reply->already_ended = registry_.tombstone(session) != nullptr;
+        if (registry_.end_session(session, EndReason::end, now)) {
             dirty_ = true;
             metrics_.action("end_session");
-            metrics_.session_ended(registry_.sessions.at(session).end_reason);
-            std::string message = "session ended by its owner";
-            std::vector<LogField> fields{{"SESSION_ID", session}, {"ACTION", "end_session"}, {"REASON", "end"}};
-            name_labelled(registry_.sessions.at(session), message, fields);
+            metrics_.session_ended(EndReason::end);
+            std::string message = end_message(EndReason::end);
+            std::vector<LogField> fields{{"SESSION_ID", session},
+                                         {"ACTION", "end_session"},
+                                         {"REASON", std::string(to_string(EndReason::end))}};
+            name_labelled(registry_, session, message, fields);
             log(Priority::notice, message_id::session_ended, message, std::move(fields));
         }
         // Its containers are queued now rather than at the end of the turn, so the reply can
@@ -212,10 +222,9 @@ reaper::control::Reply Daemon::end_session(const std::string& session) {
 reaper::control::Reply Daemon::session_report(const std::string& session) {
     auto reply = std::make_shared<reaper::control::Reply>();
     ask([this, session, reply](TimePoint) {
-        auto known = registry_.sessions.find(session);
         reply->session = session;
-        reply->known = known != registry_.sessions.end();
-        if (known != registry_.sessions.end()) reply->state = to_string(known->second.state());
+        reply->known = registry_.known(session);
+        if (reply->known) reply->state = to_string(registry_.state_of(session));
         reply->ready = ready_;
         reply->dry_run = config_.reaper.dry_run;
         reply->remaining = remaining_of(registry_, session);
@@ -289,12 +298,12 @@ Daemon::PinnedOrphan Daemon::pin_orphan(const std::string& reference, const std:
 
 void Daemon::queue_orphan(const PinnedOrphan& orphan, TimePoint now) {
     if (config_.reaper.dry_run) {
-        metrics_.action("would_reap");
+        metrics_.action(dry_run_action("reap"));
         log(Priority::notice, message_id::would_reap, "dry run: would reap reported orphan",
-            container_fields(orphan.container, orphan.name, orphan.session, "would_reap"));
+            container_fields(orphan.container, orphan.name, orphan.session, dry_run_action("reap")));
         return;
     }
-    if (registry_.add_pending(orphan.container, orphan.name, orphan.session, "orphan", now))
+    if (registry_.add_pending(orphan.container, orphan.name, orphan.session, ReapReason::orphan, now))
         dirty_ = true;
 }
 
@@ -305,6 +314,8 @@ std::string Daemon::status_json(const reaper::control::StatusQuery& query) {
 std::string Daemon::metrics_text() {
     return ask([this](TimePoint) { return render_metrics(); });
 }
+
+void Daemon::request_refused(const std::string& reason) { metrics_.control_refused(reason); }
 
 // ---- the loop ----------------------------------------------------------------------------
 
@@ -373,6 +384,9 @@ PersistedState Daemon::load_state_retrying(const StateStore& store) {
 // and the cap is lowered, loudly, when the descriptors still do not suffice.
 ControlServerLimits Daemon::control_limits() const {
     ControlServerLimits limits;
+    limits.max_connections = config_.control.max_connections;
+    limits.max_connections_per_uid = config_.control.max_connections_per_uid;
+    limits.max_leases_per_uid = config_.control.max_leases_per_uid;
     rlimit nofile{};
     if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0) return limits;
     const rlim_t wanted = static_cast<rlim_t>(limits.max_connections + reserved_descriptors);
@@ -421,6 +435,9 @@ void Daemon::start_up(TimePoint now) {
     if (options_.log_caps) {
         LogCapper::Options capper_options;
         capper_options.logs = config_.logs;
+        // Started before the watcher: the logs known from the last run are capped while the
+        // first list is still on its way (logcap.hpp).
+        capper_options.persist_path = config_.state.dir + "/logcap.json";
         try {
             capper_ = std::make_unique<LogCapper>(guard_, capper_options);
             capper_->start();
@@ -480,12 +497,11 @@ void Daemon::apply_decisions(TimePoint now) {
             dirty_ = true;
             metrics_.action("end_session");
             metrics_.session_ended(end.reason);
-            std::string message = end.reason == "lease_expired"
-                                      ? "session ended: its last lease closed and lease_grace passed"
-                                      : "session ended: it never took a lease within unclaimed_grace";
-            std::vector<LogField> fields{
-                {"SESSION_ID", end.session}, {"ACTION", "end_session"}, {"REASON", end.reason}};
-            name_labelled(registry_.sessions.at(end.session), message, fields);
+            std::string message = end_message(end.reason);
+            std::vector<LogField> fields{{"SESSION_ID", end.session},
+                                         {"ACTION", "end_session"},
+                                         {"REASON", std::string(to_string(end.reason))}};
+            name_labelled(registry_, end.session, message, fields);
             log(Priority::notice, message_id::session_ended, message, std::move(fields));
         }
         for (const auto& id : d.forget) {
@@ -501,9 +517,9 @@ void Daemon::apply_decisions(TimePoint now) {
         for (const auto& reap : d.reap) {
             if (config_.reaper.dry_run) {
                 registry_.would_reap_logged.insert(reap.container);
-                metrics_.action("would_reap");
+                metrics_.action(dry_run_action("reap"));
                 log(Priority::notice, message_id::would_reap, "dry run: would reap container",
-                    container_fields(reap.container, reap.name, reap.session, "would_reap"));
+                    container_fields(reap.container, reap.name, reap.session, dry_run_action("reap")));
                 continue;
             }
             if (registry_.add_pending(reap.container, reap.name, reap.session, reap.reason, now))
@@ -518,10 +534,10 @@ void Daemon::apply_decisions(TimePoint now) {
         for (const auto& remove : d.remove) {
             if (config_.reaper.dry_run) {
                 registry_.would_remove_logged.insert(remove.object);
-                metrics_.action("would_reap");
+                metrics_.action(dry_run_action("reap"));
                 auto fields = object_fields(remove.object, remove.name);
                 fields.push_back({"SESSION_ID", remove.session});
-                fields.push_back({"ACTION", "would_reap"});
+                fields.push_back({"ACTION", dry_run_action("reap")});
                 log(Priority::notice, message_id::would_reap,
                     "dry run: would remove " + describe(remove.object, remove.name), std::move(fields));
                 continue;
@@ -532,7 +548,7 @@ void Daemon::apply_decisions(TimePoint now) {
             auto& removal = registry_.pending_objects.at(ref);
             removal.in_flight = true;
             ++in_flight_;
-            pool_->submit({"", expectation_for(removal, registry_), "session_ended", ref});
+            pool_->submit({"", expectation_for(removal, registry_), ReapReason::session_ended, ref});
         }
         if (d.end.empty() && d.reap.empty() && d.forget.empty() && d.evict.empty() && d.remove.empty()) break;
     }
@@ -584,6 +600,7 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
         for (const auto& [id, known] : registry_.containers)
             if (!listed->ids.count(id)) vanished.push_back(id);
         for (const auto& id : vanished) container_gone(id);
+        if (capper_) capper_->forget_unlisted(listed->ids);
     } else if (auto* object = std::get_if<watch::ObjectAppeared>(&event)) {
         const auto& o = object->object;
         registry_.upsert_object(o.ref, o.name, o.labels, config_.sessions, now);
@@ -603,24 +620,33 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
 }
 
 // The one place where containers enter and leave what the daemon watches: the registry and
-// the log capper both learn of them here.
+// the log capper both learn of them here. A container arrives first from its event's
+// attributes or its list row (the registry's record: labels never change after creation),
+// then, when the log capper watches it, again with the log info the watcher looked up.
 void Daemon::container_appeared(const watch::Appeared& appeared, TimePoint now) {
     const reaper::ContainerInfo& info = appeared.info;
-    if (auto warning = registry_.upsert_container(info, config_.sessions, now))
-        log(Priority::warning, {}, *warning,
-            {{"CONTAINER_ID", info.id}, {"CONTAINER_NAME", info.name}});
-    const auto& session = registry_.containers.at(info.id).session;
-    if (capper_) {
-        ContainerLog container;
-        container.id = info.id;
-        container.name = info.name;
-        container.session = session.value_or("");
-        container.log_path = info.log_path;
-        container.log_driver = info.log_driver;
-        container.labels = info.labels;
-        container.docker_root_dir = appeared.docker_root_dir;
-        capper_->add(std::move(container));
+    auto known = registry_.containers.find(info.id);
+    if (!appeared.log_info) {
+        if (auto warning = registry_.upsert_container(info, config_.sessions, now))
+            log(Priority::warning, {}, *warning,
+                {{"CONTAINER_ID", info.id}, {"CONTAINER_NAME", info.name}});
+        known = registry_.containers.find(info.id);
+        // The capper ignores a container out of its scope: no inspect for those.
+        if (capper_ && (config_.logs.scope == LogScope::all || known->second.session))
+            watcher_->want_log_info(info.id);
+        return;
     }
+    // Gone already (a list no longer had it): nothing to cap.
+    if (known == registry_.containers.end()) return;
+    ContainerLog container;
+    container.id = info.id;
+    container.name = info.name;
+    container.session = known->second.session.value_or("");
+    container.log_path = info.log_path;
+    container.log_driver = info.log_driver;
+    container.labels = info.labels;
+    container.docker_root_dir = appeared.docker_root_dir;
+    capper_->add(std::move(container));
 }
 
 void Daemon::container_gone(const std::string& id) {
@@ -642,7 +668,7 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
     PendingReap& pending = it->second;
     pending.in_flight = false;
     auto fields = container_fields(result.container, pending.name, pending.session, "remove");
-    fields.push_back({"REASON", pending.reason});
+    fields.push_back({"REASON", std::string(to_string(pending.reason))});
     const Outcome outcome = result.result.outcome;
     switch (outcome) {
         case Outcome::acted:
@@ -715,7 +741,7 @@ void Daemon::on_object_result(const ObjectRef& ref, const GuardResult& result, T
     auto fields = object_fields(ref, removal.name);
     fields.push_back({"SESSION_ID", removal.session});
     fields.push_back({"ACTION", "remove"});
-    fields.push_back({"REASON", "session_ended"});
+    fields.push_back({"REASON", std::string(to_string(ReapReason::session_ended))});
     switch (result.outcome) {
         case Outcome::acted:
             metrics_.object_reaped(kind);
@@ -792,7 +818,7 @@ std::string Daemon::status_line() const {
     std::string engine = engine_state_ == EngineState::starting ? "waiting for the engine"
                                                                 : std::string("engine ") + engine_state_name(engine_state_);
     if (engine_state_ == EngineState::unsupported) engine += " (" + engine_error_ + ")";
-    std::string line = engine + "; " + plural(registry_.sessions.size(), "session") +
+    std::string line = engine + "; " + plural(registry_.session_count(), "session") +
                        ", " + plural(registry_.tracked_count(), "container") + ", " +
                        plural(registry_.pending.size(), "pending reap");
     if (config_.reaper.dry_run) line += " (dry run)";
@@ -819,18 +845,24 @@ void Daemon::reload(TimePoint now) {
         };
         restart_needed(fresh.engine != config_.engine, "engine");
         restart_needed(fresh.control.socket != config_.control.socket ||
-                           fresh.control.group != config_.control.group,
+                           fresh.control.group != config_.control.group ||
+                           fresh.control.max_connections != config_.control.max_connections,
                        "control");
         restart_needed(fresh.state.dir != config_.state.dir, "state.dir");
         restart_needed(fresh.reaper.concurrency != config_.reaper.concurrency,
                        "reaper.concurrency");
         fresh.engine = config_.engine;
-        fresh.control = config_.control;
+        fresh.control.socket = config_.control.socket;
+        fresh.control.group = config_.control.group;
+        fresh.control.max_connections = config_.control.max_connections;
         fresh.state = config_.state;
         fresh.reaper.concurrency = config_.reaper.concurrency;
         bool labels_changed = fresh.sessions.labels != config_.sessions.labels;
         config_ = std::move(fresh);
         guard_.configure(GuardConfig::from(config_));
+        // The per-uid limits apply at once to new connections and leases; held ones stay.
+        if (control_)
+            control_->set_uid_limits(config_.control.max_connections_per_uid, config_.control.max_leases_per_uid);
         if (labels_changed) registry_.rederive_sessions(config_.sessions, now);
         watcher_->set_options({config_.reaper.retry_initial, config_.reaper.retry_max});
         if (capper_) capper_->reconfigure(config_.logs);
@@ -927,44 +959,47 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
     root.set("ready", ready_);
     root.set("dry_run", config_.reaper.dry_run);
     // Tombstones can number 100,000 (28 MB of status, over the reply cap, when each was
-    // listed): only the newest `limit` are, picked in O(n log limit).
-    using Entry = std::pair<const std::string, Session>;
-    std::vector<const Entry*> listed;
-    std::vector<const Entry*> ended;
-    for (const auto& entry : registry_.sessions) {
-        if (entry.second.state() == SessionState::ended) {
-            ended.push_back(&entry);
-        } else if (!query.ended) {
-            listed.push_back(&entry);
-        }
-    }
+    // listed): only the newest `limit` are, from the end of the age order.
+    std::vector<const std::string*> listed;
+    if (!query.ended && !query.pending)
+        for (const auto& [id, s] : registry_.sessions)
+            if (!registry_.tombstone(id)) listed.push_back(&id);
+    const auto& ended = registry_.tombstones();
     const std::uint64_t limit = query.limit.value_or(
         query.ended ? reaper::control::status_default_ended_limit
                     : reaper::control::status_default_newest_ended);
-    const auto shown = static_cast<std::size_t>(std::min<std::uint64_t>(limit, ended.size()));
-    const auto newer = [](const Entry* a, const Entry* b) {
-        if (*a->second.ended_at != *b->second.ended_at) return *a->second.ended_at > *b->second.ended_at;
-        return a->first < b->first;
-    };
-    std::partial_sort(ended.begin(), ended.begin() + static_cast<std::ptrdiff_t>(shown), ended.end(), newer);
-    listed.insert(listed.end(), ended.begin(), ended.begin() + static_cast<std::ptrdiff_t>(shown));
+    const auto shown =
+        query.pending ? std::size_t{0} : static_cast<std::size_t>(std::min<std::uint64_t>(limit, ended.size()));
+    // Newest first, ties by id; the age order breaks ties the other way, so a tie at the cut
+    // is taken whole and sorted.
+    std::vector<Registry::AgedTombstone> newest;
+    for (auto it = registry_.tombstones_by_age().rbegin();
+         shown > 0 && it != registry_.tombstones_by_age().rend(); ++it) {
+        if (newest.size() >= shown && it->first != newest.back().first) break;
+        newest.push_back(*it);
+    }
+    std::sort(newest.begin(), newest.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : *a.second < *b.second;
+    });
+    newest.resize(shown);
+    for (const auto& entry : newest) listed.push_back(entry.second);
+    const Session no_record;
     Poco::JSON::Array sessions;
-    for (const Entry* entry : listed) {
-        const auto& id = entry->first;
-        const auto& s = entry->second;
+    for (const std::string* listed_id : listed) {
+        const auto& id = *listed_id;
+        const auto record = registry_.sessions.find(id);
+        const Session& s = record == registry_.sessions.end() ? no_record : record->second;
+        const Tombstone* tombstone = registry_.tombstone(id);
         Poco::JSON::Object o;
         o.set("id", id);
-        SessionState state = s.state();
+        SessionState state = registry_.state_of(id);
         o.set("state", to_string(state));
         o.set("leases", static_cast<std::uint64_t>(s.leases.size()));
         o.set("containers", static_cast<std::uint64_t>(registry_.containers_of(id)));
         o.set("networks", static_cast<std::uint64_t>(registry_.objects_of(id, ObjectKind::network)));
         o.set("volumes", static_cast<std::uint64_t>(registry_.objects_of(id, ObjectKind::volume)));
-        std::optional<TimePoint> deadline;
-        if (state == SessionState::grace) deadline = s.grace_deadline;
-        if (state == SessionState::ended) deadline = *s.ended_at + config_.sessions.tombstone_ttl;
-        if (state == SessionState::unclaimed && config_.sessions.unclaimed_grace.count() > 0)
-            deadline = s.first_seen + config_.sessions.unclaimed_grace;
+        const std::optional<TimePoint> deadline =
+            tombstone ? deadline_of(*tombstone, config_.sessions) : deadline_of(s, config_.sessions);
         if (deadline) {
             o.set("deadline", format_rfc3339(*deadline));
             o.set("deadline_in_ms",
@@ -973,7 +1008,8 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
             o.set("deadline", Poco::Dynamic::Var());
             o.set("deadline_in_ms", Poco::Dynamic::Var());
         }
-        if (state == SessionState::ended) o.set("end_reason", s.end_reason);
+        if (tombstone)
+            o.set("end_reason", tombstone->reason ? std::string(to_string(*tombstone->reason)) : std::string());
         o.set("proxy", !s.proxies.empty());
         if (!s.proxies.empty()) {
             const auto labelled = s.labelled();
@@ -987,14 +1023,37 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
     root.set("ended_sessions", static_cast<std::uint64_t>(ended.size()));
     root.set("ended_listed", static_cast<std::uint64_t>(shown));
     root.set("tracked_containers", static_cast<std::uint64_t>(registry_.tracked_count()));
+    // Pending work is bounded the same way: a wedged engine can leave tens of thousands of
+    // reaps queued, at about 250 bytes of JSON each when listed. A plain status lists the
+    // first few of each list, a "pending":true one up to `limit`; each count is there in full.
+    const std::uint64_t pending_limit =
+        query.pending ? query.limit.value_or(reaper::control::status_default_pending_limit)
+                      : reaper::control::status_default_pending_listed;
+    // The first `pending_limit` of `map` by `before`, in that order: O(n log pending_limit).
+    const auto first_of = [pending_limit](const auto& map, auto before) {
+        std::vector<const typename std::decay_t<decltype(map)>::value_type*> entries;
+        entries.reserve(map.size());
+        for (const auto& entry : map) entries.push_back(&entry);
+        const auto cut = static_cast<std::ptrdiff_t>(std::min<std::uint64_t>(pending_limit, entries.size()));
+        std::partial_sort(entries.begin(), entries.begin() + cut, entries.end(),
+                          [&](const auto* a, const auto* b) { return before(*a, *b); });
+        entries.resize(static_cast<std::size_t>(cut));
+        return entries;
+    };
     root.set("pending_reaps", static_cast<std::uint64_t>(registry_.pending.size()));
+    // Oldest first: the reap queued longest ago (ties by container id).
+    const auto oldest_reaps = first_of(registry_.pending, [](const auto& a, const auto& b) {
+        return a.second.due != b.second.due ? a.second.due < b.second.due : a.first < b.first;
+    });
+    root.set("pending_listed", static_cast<std::uint64_t>(oldest_reaps.size()));
     Poco::JSON::Array pending;
-    for (const auto& [id, p] : registry_.pending) {
+    for (const auto* entry : oldest_reaps) {
+        const auto& [id, p] = *entry;
         Poco::JSON::Object o;
         o.set("container", id);
         o.set("name", p.name);
         o.set("session", p.session);
-        o.set("reason", p.reason);
+        o.set("reason", std::string(to_string(p.reason)));
         o.set("failures", p.failures);
         o.set("in_flight", p.in_flight);
         pending.add(o);
@@ -1006,8 +1065,15 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
              static_cast<std::uint64_t>(registry_.pending_objects_of(ObjectKind::network)));
     root.set("pending_volume_reaps",
              static_cast<std::uint64_t>(registry_.pending_objects_of(ObjectKind::volume)));
+    // Removals keep no queue time: the one next to be attempted first (ties by kind and id).
+    const auto next_removals = first_of(registry_.pending_objects, [](const auto& a, const auto& b) {
+        return a.second.next_attempt != b.second.next_attempt ? a.second.next_attempt < b.second.next_attempt
+                                                              : a.first < b.first;
+    });
+    root.set("pending_objects_listed", static_cast<std::uint64_t>(next_removals.size()));
     Poco::JSON::Array pending_objects;
-    for (const auto& [ref, p] : registry_.pending_objects) {
+    for (const auto* entry : next_removals) {
+        const auto& [ref, p] = *entry;
         Poco::JSON::Object o;
         o.set("kind", std::string(to_string(ref.kind)));
         o.set("id", ref.id);
@@ -1026,6 +1092,7 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
     counters.set("volumes_reaped", metrics_.volumes_reaped());
     counters.set("log_bytes_dropped",
                  capper_ ? capper_->counters().log_bytes_dropped : std::uint64_t{0});
+    counters.set("log_unopenable", capper_ ? capper_->counters().log_unopenable : std::uint64_t{0});
     Poco::JSON::Object actions;
     auto all_actions = metrics_.actions();
     for (const auto& [kind, count] : capper_actions()) all_actions[kind] += count;
@@ -1044,7 +1111,16 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
 std::map<std::string, std::uint64_t> Daemon::capper_actions() const {
     if (!capper_) return {};
     auto c = capper_->counters();
-    return {{"truncate", c.truncations}, {"stop", c.stops}, {"kill", c.kills}, {"remove", c.removals}};
+    std::map<std::string, std::uint64_t> actions;
+    for (const auto& [action, name] : log_action_names) {
+        switch (action) {
+            case LogAction::truncate: actions[std::string(name)] = c.truncations; break;
+            case LogAction::stop: actions[std::string(name)] = c.stops; break;
+            case LogAction::kill: actions[std::string(name)] = c.kills; break;
+            case LogAction::remove: actions[std::string(name)] = c.removals; break;
+        }
+    }
+    return actions;
 }
 
 std::map<std::string, std::uint64_t> Daemon::refusals() const {
@@ -1056,8 +1132,10 @@ std::map<std::string, std::uint64_t> Daemon::refusals() const {
 std::string Daemon::render_metrics() const {
     Gauges gauges;
     gauges.tracked_containers = registry_.tracked_count();
-    for (const auto& [id, s] : registry_.sessions) ++gauges.sessions_by_state[to_string(s.state())];
-    gauges.tombstones = gauges.sessions_by_state["ended"];
+    for (const auto& [id, s] : registry_.sessions)
+        if (!registry_.tombstone(id)) ++gauges.sessions_by_state[to_string(s.record_state())];
+    gauges.tombstones = registry_.tombstones().size();
+    gauges.sessions_by_state["ended"] = gauges.tombstones;
     gauges.pending_reaps = registry_.pending.size();
     gauges.tracked_networks = registry_.tracked_objects(ObjectKind::network);
     gauges.tracked_volumes = registry_.tracked_objects(ObjectKind::volume);
@@ -1068,6 +1146,8 @@ std::string Daemon::render_metrics() const {
         const auto counters = capper_->counters();
         gauges.log_bytes_dropped = counters.log_bytes_dropped;
         gauges.log_action_failures = counters.action_failures;
+        gauges.log_unopenable = counters.log_unopenable;
+        gauges.log_open_failures = counters.log_open_failures;
     }
     gauges.process = read_process_stats();
     gauges.log_actions = capper_actions();

@@ -14,18 +14,25 @@
 //                  "volumes_labelled": n (what its proxies labelled; proxy only)}],
 //    "ended_sessions": n (every tombstone), "ended_listed": n (how many "sessions" shows),
 //    "tracked_containers": n, "pending_reaps": n,
+//    "pending_listed": n (how many "pending" shows),
 //    "pending": [{"container", "name", "session", "reason", "failures", "in_flight"}],
 //    "tracked_networks": n, "tracked_volumes": n,     (session-owned)
 //    "pending_network_reaps": n, "pending_volume_reaps": n,
+//    "pending_objects_listed": n (how many "pending_objects" shows),
 //    "pending_objects": [{"kind": "network"|"volume", "id", "name", "session", "failures",
 //                         "in_flight"}],
 //    "counters": {"reaps_done", "reaps_failed", "engine_reconnects", "log_bytes_dropped",
+//                 "log_unopenable" (logs in scope it cannot open now),
 //                 "networks_reaped", "volumes_reaped",
 //                 "actions": {"<kind>": n},
 //                 "guard": {"<outcome>": n}}}   (guard.hpp: what the door made of each call)
 // "sessions" lists every live session, then the newest ended ones (StatusQuery::limit, by
 // default reaper::control::status_default_newest_ended); with StatusQuery::ended, only ended
-// sessions, newest first (by default status_default_ended_limit of them).
+// sessions, newest first (by default status_default_ended_limit of them); with
+// StatusQuery::pending, no session.
+// "pending" lists the reaps queued longest ago first, "pending_objects" the removals next to
+// be attempted first: status_default_pending_listed of each, or with StatusQuery::pending up
+// to its limit (by default status_default_pending_limit).
 // A session's deadline: grace -> when it ends; ended -> when its tombstone expires;
 // unclaimed -> when unclaimed_grace ends it (if set); leased -> null.
 #pragma once
@@ -101,6 +108,7 @@ public:
                                            const std::string& session) override;
     std::string status_json(const reaper::control::StatusQuery& query = {}) override;
     std::string metrics_text() override;
+    void request_refused(const std::string& reason) override;  // counted in metrics_
 
 private:
     using Message = std::function<void(TimePoint now)>;

@@ -198,6 +198,12 @@ BOOST_AUTO_TEST_CASE(leases_keep_a_session_and_the_grace_ends_it) {
     BOOST_REQUIRE(sessions->size() == 1u);
     BOOST_TEST(sessions->getObject(0)->getValue<std::string>("state") == "ended");
     BOOST_TEST(sessions->getObject(0)->getValue<std::string>("end_reason") == "lease_expired");
+    // Its deadline, as decide() sees it (policy.hpp deadline_of): ended now, forgotten a
+    // tombstone_ttl later.
+    const auto ttl_ms = fast_config(dir.path).sessions.tombstone_ttl.count();
+    const auto deadline_in_ms = sessions->getObject(0)->getValue<std::int64_t>("deadline_in_ms");
+    BOOST_TEST(deadline_in_ms <= ttl_ms);
+    BOOST_TEST(deadline_in_ms > ttl_ms - 10000);
     std::string metrics = r.daemon.metrics_text();
     BOOST_TEST(metrics.find("reaperd_reaps_done_total 1\n") != std::string::npos);
     BOOST_TEST(metrics.find("reaperd_sessions{state=\"ended\"} 1\n") != std::string::npos);
@@ -520,4 +526,49 @@ BOOST_AUTO_TEST_CASE(a_volume_name_taken_by_a_live_session_is_refused_once_and_l
     BOOST_TEST(status_int(r, "pending_volume_reaps") == 0);
     BOOST_TEST(engine.has_volume("data"));
     BOOST_TEST(engine.destructive_calls().empty());
+}
+
+// Pending work is bounded in a plain status (a wedged engine can queue tens of thousands of
+// reaps): the count in full, the oldest status_default_pending_listed listed; "pending":true
+// lists them all (or `limit`), and no session.
+BOOST_AUTO_TEST_CASE(status_lists_the_oldest_pending_reaps_and_all_of_them_on_request) {
+    TempDir dir;
+    FakeEngine engine;
+    for (int i = 0; i < 25; ++i) engine.add("c" + std::string(i < 10 ? "0" : "") + std::to_string(i), doomed);
+    Running r(fast_config(dir.path), engine);
+    r.daemon.lease_opened("doomed", 1);
+    r.daemon.lease_opened("alive", 2);
+    engine.set_down(true);  // every reap fails, and stays pending
+    r.daemon.end_session("doomed");
+    BOOST_REQUIRE(Running::wait([&] { return r.status()->getValue<std::uint64_t>("pending_reaps") == 25; }));
+    Poco::JSON::Parser parser;
+    const auto ask = [&](reaper::control::StatusQuery query) {
+        return parser.parse(r.daemon.status_json(query)).extract<Poco::JSON::Object::Ptr>();
+    };
+    const auto containers = [](const Poco::JSON::Object::Ptr& status) {
+        std::vector<std::string> out;
+        const auto pending = status->getArray("pending");
+        for (std::size_t i = 0; i < pending->size(); ++i)
+            out.push_back(pending->getObject(static_cast<unsigned>(i))->getValue<std::string>("container"));
+        return out;
+    };
+    const auto plain = ask({});
+    BOOST_TEST(plain->getValue<std::uint64_t>("pending_reaps") == 25u);
+    BOOST_TEST(plain->getValue<std::uint64_t>("pending_listed") == reaper::control::status_default_pending_listed);
+    const auto listed = containers(plain);
+    BOOST_REQUIRE(listed.size() == reaper::control::status_default_pending_listed);
+    BOOST_TEST(listed.front() == "c00");  // queued in one turn: oldest first, then by id
+    BOOST_TEST(listed.back() == "c19");
+    BOOST_TEST(plain->getValue<std::uint64_t>("pending_objects_listed") == 0u);
+    BOOST_TEST(plain->getArray("sessions")->size() >= 1u);
+
+    const auto all = ask({false, std::nullopt, true});
+    BOOST_TEST(containers(all).size() == 25u);
+    BOOST_TEST(all->getValue<std::uint64_t>("pending_listed") == 25u);
+    BOOST_TEST(all->getArray("sessions")->size() == 0u);
+    BOOST_TEST(all->getValue<std::uint64_t>("ended_listed") == 0u);
+    BOOST_TEST(all->getValue<std::uint64_t>("ended_sessions") == 1u);
+    BOOST_TEST((containers(ask({false, 3, true})) == std::vector<std::string>{"c00", "c01", "c02"}),
+               boost::test_tools::per_element());
+    engine.set_down(false);
 }

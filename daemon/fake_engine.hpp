@@ -92,6 +92,7 @@ public:
     // ---- scripting -------------------------------------------------------------------
     // Adds a container and sends its create event to open streams.
     std::string docker_root_dir = "/var/lib/docker";  // what info() answers
+    bool attributes_in_events = true;  // false: events as an engine that sends none
 
     void add(const std::string& id, reaper::Labels labels, const std::string& status = "running",
              const std::string& created = "2026-01-01T00:00:00Z") {
@@ -104,7 +105,32 @@ public:
         info.state.status = status;
         info.state.running = status == "running";
         containers_[id] = info;
-        broadcast({"container", "create", id, {}, 0});
+        broadcast({"container", "create", id, attributes(info), 1767225600000000000});
+    }
+    // Starts a container as `docker start` does: running, with its LogPath, and a start event.
+    void start_container(const std::string& id, const std::string& log_path) {
+        std::lock_guard lock(mutex_);
+        auto& info = containers_.at(id);
+        info.state.status = "running";
+        info.state.running = true;
+        info.log_path = log_path;
+        info.log_driver = "json-file";
+        broadcast({"container", "start", id, attributes(info), 1767225601000000000});
+    }
+    // Inspects of `id` answer what they found only once released (or the engine closes): a
+    // slow engine, whose answer is in flight while the container changes.
+    void hold_inspects(const std::string& id) {
+        std::lock_guard lock(mutex_);
+        held_.insert(id);
+    }
+    void release_inspects() {
+        std::lock_guard lock(mutex_);
+        held_.clear();
+        changed_.notify_all();
+    }
+    std::size_t held_inspects() const {  // inspects waiting for release_inspects()
+        std::lock_guard lock(mutex_);
+        return holding_;
     }
     // Adds a container the event streams never hear about (it shows up only in a list).
     void add_silently(const std::string& id, reaper::Labels labels) {
@@ -256,9 +282,18 @@ public:
     // Resolves `reference` as the engine does: the exact id, else a name, else an id prefix
     // that only one container has (one that several have is a 500, as dockerd answers it).
     reaper::ContainerInfo inspect(const std::string& reference) override {
-        std::lock_guard lock(mutex_);
+        std::unique_lock lock(mutex_);
         check_locked("inspect", reference);
-        if (auto it = containers_.find(reference); it != containers_.end()) return it->second;
+        if (auto it = containers_.find(reference); it != containers_.end()) {
+            auto answer = it->second;
+            if (held_.count(reference)) {
+                ++holding_;
+                changed_.wait(lock, [&] { return !held_.count(reference) || closed_; });
+                --holding_;
+                if (closed_) throw reaper::ClientClosed(0, "", "closed");
+            }
+            return answer;
+        }
         for (const auto& [id, info] : containers_)
             if (info.name == reference) return info;
         const reaper::ContainerInfo* match = nullptr;
@@ -370,6 +405,14 @@ public:
     }
 
 private:
+    // A container event's attributes as Docker sends them: the labels, the name and the image.
+    std::map<std::string, std::string> attributes(const reaper::ContainerInfo& info) const {
+        if (!attributes_in_events) return {};
+        auto out = info.labels;
+        out["name"] = info.name;
+        out["image"] = "busybox";
+        return out;
+    }
     void broadcast(const reaper::Event& event) {
         for (auto* s : streams_)
             if (s->wants(event)) s->queue_.push_back(event);
@@ -408,6 +451,8 @@ private:
     std::vector<std::string> removed_;
     std::vector<std::string> destructive_calls_;
     std::map<std::string, int> call_counts_;
+    std::set<std::string> held_;
+    std::size_t holding_ = 0;
     bool down_ = false;
     bool closed_ = false;
 };

@@ -289,7 +289,8 @@ void Guard::record(const GuardRequest& request, const GuardResult& result, const
     std::vector<LogField> fields{{"CONTAINER_ID", request.container}};
     if (!result.name.empty()) fields.push_back({"CONTAINER_NAME", result.name});
     if (result.session) fields.push_back({"SESSION_ID", *result.session});
-    if (!request.reason.empty()) fields.push_back({"REASON", request.reason});
+    if (auto reason = to_string(request.reason); !reason.empty())
+        fields.push_back({"REASON", std::string(reason)});
     if (refused) {
         fields.push_back({"ACTION", "refused"});
         fields.push_back({"REFUSAL", std::string(to_string(result.outcome))});
@@ -300,7 +301,7 @@ void Guard::record(const GuardRequest& request, const GuardResult& result, const
                   "; left alone",
               std::move(fields));
     } else {
-        fields.push_back({"ACTION", "would-" + act});  // as the capper's own dry-run records
+        fields.push_back({"ACTION", dry_run_action(act)});  // as the capper's own dry-run records
         sink_(Priority::notice, message_id::would_reap, "dry run: would " + act + " " + subject,
               std::move(fields));
     }
@@ -313,7 +314,7 @@ void Guard::record(const ObjectRequest& request, const GuardResult& result, cons
     std::string subject = describe(object, result.name);
     auto fields = object_fields(object, result.name);
     if (result.session) fields.push_back({"SESSION_ID", *result.session});
-    if (!request.reason.empty()) fields.push_back({"REASON", request.reason});
+    fields.push_back({"REASON", std::string(to_string(request.reason))});
     if (refused) {
         fields.push_back({"ACTION", "refused"});
         fields.push_back({"REFUSAL", std::string(to_string(result.outcome))});
@@ -324,7 +325,7 @@ void Guard::record(const ObjectRequest& request, const GuardResult& result, cons
                   "; left alone",
               std::move(fields));
     } else {
-        fields.push_back({"ACTION", "would-remove"});
+        fields.push_back({"ACTION", dry_run_action(to_string(ContainerAct::remove))});
         sink_(Priority::notice, message_id::would_reap, "dry run: would remove " + subject,
               std::move(fields));
     }

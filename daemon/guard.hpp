@@ -24,6 +24,7 @@
 
 #include "config.hpp"
 #include "log.hpp"
+#include "vocabulary.hpp"
 
 #include <reaper/engine.hpp>
 
@@ -92,14 +93,14 @@ struct GuardRequest {
     std::string container;  // the full id, pinned when the caller first learned of it
     ContainerAct act = ContainerAct::remove;
     Expectation expect;
-    std::string reason;  // why the caller acts ("orphan", "session_ended", "max_size"...): logs
+    ActReason reason;  // why the caller acts (a reap's, a log cap's): REASON= of its records
     std::chrono::seconds stop_grace{10};  // stop: how long before the engine kills
 };
 
 struct ObjectRequest {  // remove a network or a volume
     ObjectRef object;     // pinned when the caller first learned of it (a list or an event)
     Expectation expect;
-    std::string reason;   // "session_ended": logs
+    ReapReason reason = ReapReason::session_ended;  // REASON= of its records
 };
 
 // A fresh inspect of a network or volume, as the door judges it.

@@ -219,7 +219,7 @@ BOOST_AUTO_TEST_CASE(a_lease_accepted_after_the_loop_judged_is_a_refusal) {
     const Expectation judged_ended{"B", false, 1};
     BOOST_TEST(to_string(guard.act(request(full_b, ContainerAct::remove, judged_ended)).outcome) ==
                "refused_session_alive");
-    BOOST_TEST(to_string(guard.act(ObjectRequest{{ObjectKind::volume, "vol-b"}, judged_ended, "session_ended"})
+    BOOST_TEST(to_string(guard.act(ObjectRequest{{ObjectKind::volume, "vol-b"}, judged_ended, ReapReason::session_ended})
                              .outcome) == "refused_session_alive");
     BOOST_TEST(engine.destructive_calls().empty());
     // A session nobody leased meanwhile, and one whose count the door forgot, are reaped.
@@ -236,7 +236,7 @@ BOOST_AUTO_TEST_CASE(a_reload_reaches_the_next_act) {
     engine.add(full_a, {{"reaperd.session", "s"}});
     guard.configure(dry);
     BOOST_TEST(to_string(guard.act(request(full_a)).outcome) == "dry_run");
-    BOOST_TEST(records.with("ACTION", "would-remove") == 1u);
+    BOOST_TEST(records.with("ACTION", "would_remove") == 1u);
     guard.configure(testcontainers_only);
     BOOST_TEST(to_string(guard.act(request(full_a)).outcome) == "refused_not_owned");
     BOOST_TEST(engine.destructive_calls().empty());
@@ -281,10 +281,10 @@ InspectedObject volume(const std::string& name, reaper::Labels labels) {
     return {name, name, std::move(labels), 0};
 }
 ObjectRequest remove_network(const std::string& id, Expectation expect = {}) {
-    return {{ObjectKind::network, id}, std::move(expect), "session_ended"};
+    return {{ObjectKind::network, id}, std::move(expect), ReapReason::session_ended};
 }
 ObjectRequest remove_volume(const std::string& name, Expectation expect = {}) {
-    return {{ObjectKind::volume, name}, std::move(expect), "session_ended"};
+    return {{ObjectKind::volume, name}, std::move(expect), ReapReason::session_ended};
 }
 
 }  // namespace
@@ -408,7 +408,7 @@ BOOST_AUTO_TEST_CASE(an_attached_network_gets_no_call_and_unowned_ones_are_refus
     engine.detach_all(full_a);
     guard.configure(dry);
     BOOST_TEST(to_string(guard.act(remove_network(full_a, {"s", false})).outcome) == "dry_run");
-    BOOST_TEST(records.with("ACTION", "would-remove") == 1u);
+    BOOST_TEST(records.with("ACTION", "would_remove") == 1u);
     BOOST_TEST(engine.destructive_calls().empty());
     guard.configure(default_labels);
     BOOST_TEST(to_string(guard.act(remove_network(full_a, {"s", false})).outcome) == "acted");

@@ -1,10 +1,18 @@
 #include "logcap.hpp"
 
+#include "read_all.hpp"
+#include "unique_fd.hpp"
+
+#include <Poco/JSON/Array.h>
+#include <Poco/JSON/Object.h>
+#include <Poco/JSON/Parser.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <system_error>
 #include <vector>
 
@@ -20,6 +28,7 @@
 namespace reaperd {
 
 using Clock = std::chrono::steady_clock;
+using reaper::detail::UniqueFd;
 using logcap::CapReason;
 
 namespace {
@@ -54,6 +63,30 @@ RotatedScan scan_rotations(const logcap::LogFiles& files) {
     return scan;
 }
 
+// Writes `text` to `path`.tmp and renames it over `path`; returns 0 or the errno. No fsync:
+// the file is a hint checked against each log's device and inode when it is loaded, and one
+// that a power cut leaves empty or torn is ignored, capping then waiting for the engine as
+// it did before the file existed. An fsync on the capper's thread would delay cuts instead.
+int replace_file(const std::string& path, const std::string& text) {
+    std::string temp = path + ".tmp";
+    UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd) return errno;
+    int error = 0;
+    for (std::size_t done = 0; done < text.size();) {
+        ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            error = errno;
+            break;
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    if (!fd.close_checked() && error == 0) error = errno;
+    if (error == 0 && ::rename(temp.c_str(), path.c_str()) != 0) error = errno;
+    if (error != 0) ::unlink(temp.c_str());
+    return error;
+}
+
 }  // namespace
 
 // What the watcher knows of one container fed by the daemon.
@@ -64,7 +97,7 @@ struct Watched {
     bool active = false;  // in scope, not exempt, some cap applies, and its files are known
 
     int wd = -1;       // inotify watch on files->dir
-    int live_fd = -1;  // the live file, O_WRONLY for ftruncate
+    UniqueFd live_fd;  // the live file, O_WRONLY for ftruncate
     std::uint64_t live_bytes = 0;
     std::uint64_t rotated_bytes = 0;
     bool rotated_dirty = true;
@@ -79,6 +112,21 @@ struct Watched {
     bool busy = false;            // a job is with the worker
     Clock::time_point retry_at{};  // after a failed job
     bool would_logged = false;    // dry run: its would-be action was logged
+
+    // Loaded from Options::persist_path and not fed by the daemon since: only cut.
+    bool from_disk = false;
+    // The live file last opened (what the persisted list records), 0/0 before.
+    std::uint64_t live_dev = 0;
+    std::uint64_t live_ino = 0;
+
+    // Why the log directory or live file could not be opened at the last try (0: it could,
+    // or the file does not exist yet), and where; the backstop rounds it has lasted.
+    int open_error = 0;
+    std::string open_error_path;
+    unsigned failing_rounds = 0;
+    // The directory was watched once: its going away later is the container's removal.
+    bool dir_seen = false;
+    bool reported_unopenable = false;
 
     bool reported_bad_label = false;
     bool reported_not_capped = false;
@@ -101,21 +149,23 @@ struct Watched {
 struct LogCapper::Loop {
     LogCapper& owner;
     LogsConfig logs;
-    int inotify_fd = -1;
+    UniqueFd inotify;
     std::map<std::string, Watched> containers;
     std::map<int, std::vector<std::string>> by_wd;
     bool stopping = false;
     // The engine's data root as learned from a json-file LogPath, for local-driver
     // containers fed without ContainerLog::docker_root_dir.
     std::string learned_root;
+    // The persisted list (Options::persist_path): what was last written, whether it may
+    // have changed since, when it may be written next, and whether the last write failed.
+    std::string persisted_text;
+    bool persist_dirty = false;
+    Clock::time_point next_persist{};
+    bool persist_failing = false;
 
     Loop(LogCapper& owner, LogsConfig logs) : owner(owner), logs(logs) {
-        inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-        if (inotify_fd < 0) throw std::system_error(errno, std::system_category(), "inotify_init1");
-    }
-    ~Loop() {
-        for (auto& [id, w] : containers) close_live(w);
-        ::close(inotify_fd);
+        inotify.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+        if (!inotify) throw std::system_error(errno, std::system_category(), "inotify_init1");
     }
 
     const Options& options() const { return owner.options_; }
@@ -132,8 +182,7 @@ struct LogCapper::Loop {
 
     // ---- watching ------------------------------------------------------------------------
     void close_live(Watched& w) {
-        if (w.live_fd >= 0) ::close(w.live_fd);
-        w.live_fd = -1;
+        w.live_fd.reset();
     }
 
     void unwatch(Watched& w) {
@@ -143,7 +192,7 @@ struct LogCapper::Loop {
         if (it != by_wd.end()) {
             std::erase(it->second, w.info.id);
             if (it->second.empty()) {
-                ::inotify_rm_watch(inotify_fd, w.wd);
+                ::inotify_rm_watch(inotify.get(), w.wd);
                 by_wd.erase(it);
             }
         }
@@ -152,26 +201,71 @@ struct LogCapper::Loop {
 
     // Sets up the watch and opens the live file if they are missing; both may not exist
     // yet (a created container gets its log at start), so this is retried on each backstop.
+    // Notes in w.open_error why the directory or the live file cannot be opened: any error
+    // on the directory, unless it was watched before (then it went with its container), and
+    // any error but ENOENT on the live file (a container not started yet has none, and a
+    // rotation leaves none for a moment).
     void ensure_watch(Watched& w) {
         if (!w.active) return;
+        int error = 0;
+        std::string where;
         if (w.wd < 0) {
-            int wd = ::inotify_add_watch(inotify_fd, w.files->dir.c_str(), watch_mask);
+            int wd = ::inotify_add_watch(inotify.get(), w.files->dir.c_str(), watch_mask);
             if (wd >= 0) {
                 w.wd = wd;
                 by_wd[wd].push_back(w.info.id);
                 w.rotated_dirty = true;
+                w.dir_seen = true;
+            } else if (errno != ENOENT || !w.dir_seen) {
+                error = errno;
+                where = w.files->dir;
             }
         }
-        if (w.live_fd < 0) {
+        if (!w.live_fd) {
             std::string path = w.files->dir + "/" + w.files->live_name;
-            int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+            UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
+            int open_errno = fd ? 0 : errno;
             struct stat st {};
-            if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
-                ::close(fd);
-                fd = -1;
+            if (fd && (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))) fd.reset();
+            w.live_fd = std::move(fd);
+            if (w.live_fd && (st.st_dev != w.live_dev || st.st_ino != w.live_ino)) {
+                w.live_dev = st.st_dev;
+                w.live_ino = st.st_ino;
+                persist_dirty = true;
+            } else if (open_errno != 0 && open_errno != ENOENT && error == 0) {
+                error = open_errno;
+                where = path;
             }
-            w.live_fd = fd;
         }
+        w.open_error = error;
+        w.open_error_path = where;
+    }
+
+    // At each backstop round: a log that could not be opened at two rounds in a row (one
+    // could be a container removed before the daemon said so) is warned about, once.
+    void check_unopenable() {
+        std::uint64_t unopenable = 0;
+        for (auto& [id, w] : containers) {
+            if (!w.active || w.open_error == 0) {
+                w.failing_rounds = 0;
+                continue;
+            }
+            if (++w.failing_rounds < 2) continue;
+            ++unopenable;
+            if (w.reported_unopenable) continue;
+            w.reported_unopenable = true;
+            owner.counters_.log_open_failures++;
+            auto fields = container_fields(w, "none");
+            fields.push_back({"LOG_PATH", w.open_error_path});
+            fields.push_back({"ERROR", errno_text(w.open_error)});
+            fields.push_back({"ERRNO", std::to_string(w.open_error)});
+            record(Priority::warning, {},
+                   "cannot open the log of container " + w.info.name + " (" + short_id(w.info.id) +
+                       ") at " + w.open_error_path + ": " + errno_text(w.open_error) +
+                       "; its log is not capped while this lasts",
+                   std::move(fields));
+        }
+        owner.counters_.log_unopenable = unopenable;
     }
 
     // Whether the backstop round numbered `round` re-reads this container's sizes. A watched
@@ -191,18 +285,18 @@ struct LogCapper::Loop {
     void measure(Watched& w, Clock::time_point now, bool full) {
         if (!w.active) return;
         full = full && w.wd < 0;
-        if (full && w.live_fd >= 0) {
+        if (full && w.live_fd) {
             struct stat open_st {}, path_st {};
             std::string path = w.files->dir + "/" + w.files->live_name;
-            if (::fstat(w.live_fd, &open_st) != 0 || ::stat(path.c_str(), &path_st) != 0 ||
+            if (::fstat(w.live_fd.get(), &open_st) != 0 || ::stat(path.c_str(), &path_st) != 0 ||
                 open_st.st_ino != path_st.st_ino || open_st.st_dev != path_st.st_dev)
                 close_live(w);
         }
         ensure_watch(w);
         w.live_bytes = 0;
-        if (w.live_fd >= 0) {
+        if (w.live_fd) {
             struct stat st {};
-            if (::fstat(w.live_fd, &st) == 0 && st.st_nlink > 0) {
+            if (::fstat(w.live_fd.get(), &st) == 0 && st.st_nlink > 0) {
                 w.live_bytes = static_cast<std::uint64_t>(st.st_size);
             } else {
                 close_live(w);
@@ -220,7 +314,7 @@ struct LogCapper::Loop {
     void on_inotify(bool& any) {
         alignas(struct inotify_event) char buffer[16 * 1024];
         while (true) {
-            ssize_t n = ::read(inotify_fd, buffer, sizeof buffer);
+            ssize_t n = ::read(inotify.get(), buffer, sizeof buffer);
             if (n <= 0) break;
             any = true;
             for (char* p = buffer; p < buffer + n;) {
@@ -333,9 +427,11 @@ struct LogCapper::Loop {
         Watched& w = it->second;
         if (fresh) w.fed_at = Clock::now();
         w.halted = false;  // fed again: started again (see Watched::halted)
+        w.from_disk = false;
         w.info = std::move(info);
         refresh(w);
         learn_root(w.info);
+        persist_dirty = true;
     }
 
     void remove(const std::string& id) {
@@ -344,6 +440,142 @@ struct LogCapper::Loop {
         flush_record(it->second);
         unwatch(it->second);
         containers.erase(it);
+        persist_dirty = true;
+    }
+
+    void forget_unlisted(const std::set<std::string>& listed) {
+        std::vector<std::string> gone;
+        for (const auto& [id, w] : containers)
+            if (w.from_disk && !listed.count(id)) gone.push_back(id);
+        for (const auto& id : gone) remove(id);
+    }
+
+    // ---- the persisted list ---------------------------------------------------------------
+    // {"version":1,"containers":[{"id","name","session","log_driver","log_path",
+    //  "docker_root_dir","max_size_label" (if set),"dev","ino","halted"}]}: the active
+    // containers whose live file was opened once.
+    std::string encode_persisted() const {
+        Poco::JSON::Array list;
+        for (const auto& [id, w] : containers) {
+            if (!w.active || w.live_ino == 0) continue;
+            Poco::JSON::Object o;
+            o.set("id", w.info.id);
+            o.set("name", w.info.name);
+            o.set("session", w.info.session);
+            o.set("log_driver", w.info.log_driver);
+            o.set("log_path", w.info.log_path);
+            o.set("docker_root_dir", w.info.docker_root_dir.empty() ? learned_root : w.info.docker_root_dir);
+            if (auto label = w.info.labels.find(logcap::max_size_label); label != w.info.labels.end())
+                o.set("max_size_label", label->second);
+            o.set("dev", static_cast<Poco::UInt64>(w.live_dev));
+            o.set("ino", static_cast<Poco::UInt64>(w.live_ino));
+            o.set("halted", w.halted);
+            list.add(o);
+        }
+        Poco::JSON::Object root;
+        root.set("version", 1);
+        root.set("containers", list);
+        std::ostringstream out;
+        root.stringify(out);
+        return out.str();
+    }
+
+    void persist(Clock::time_point now) {
+        const std::string& path = options().persist_path;
+        persist_dirty = false;
+        next_persist = now + options().persist_interval;
+        std::string text = encode_persisted();
+        if (text == persisted_text) return;
+        if (int error = replace_file(path, text)) {
+            persist_dirty = true;  // again at the next interval
+            if (!persist_failing)
+                record(Priority::warning, {},
+                       "cannot write " + path + ": " + errno_text(error) +
+                           "; after a restart, logs are capped only once the engine has listed them",
+                       {{"ERROR", errno_text(error)}, {"ERRNO", std::to_string(error)}});
+            persist_failing = true;
+            return;
+        }
+        if (persist_failing) record(Priority::info, {}, "wrote " + path + " again", {});
+        persist_failing = false;
+        persisted_text = std::move(text);
+    }
+
+    // Loads the persisted list and starts watching what it names; see the header.
+    void load_persisted() {
+        const std::string& path = options().persist_path;
+        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) {
+            if (errno != ENOENT)
+                record(Priority::warning, {}, "cannot read " + path + ": " + errno_text(errno) +
+                           "; logs are capped once the engine has listed them",
+                       {{"ERROR", errno_text(errno)}});
+            return;
+        }
+        std::string text;
+        int error = read_all(fd.get(), text);
+        fd.reset();
+        std::vector<ContainerLog> entries;
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> identities;
+        std::vector<bool> halted;
+        try {
+            if (error != 0) throw std::system_error(error, std::system_category(), "read");
+            Poco::JSON::Parser parser;
+            auto root = parser.parse(text).extract<Poco::JSON::Object::Ptr>();
+            auto list = root->getArray("containers");
+            for (std::size_t i = 0; i < list->size(); ++i) {
+                auto o = list->getObject(static_cast<unsigned>(i));
+                ContainerLog c;
+                c.id = o->getValue<std::string>("id");
+                c.name = o->getValue<std::string>("name");
+                c.session = o->getValue<std::string>("session");
+                c.log_driver = o->getValue<std::string>("log_driver");
+                c.log_path = o->getValue<std::string>("log_path");
+                c.docker_root_dir = o->getValue<std::string>("docker_root_dir");
+                if (o->has("max_size_label"))
+                    c.labels[logcap::max_size_label] = o->getValue<std::string>("max_size_label");
+                entries.push_back(std::move(c));
+                identities.emplace_back(o->getValue<Poco::UInt64>("dev"), o->getValue<Poco::UInt64>("ino"));
+                halted.push_back(o->getValue<bool>("halted"));
+            }
+        } catch (const std::exception& e) {  // Poco::Exception derives from it
+            record(Priority::warning, {},
+                   "ignoring " + path + " (" + e.what() + "); logs are capped once the engine has listed them",
+                   {{"ERROR", e.what()}});
+            return;
+        }
+        auto now = Clock::now();
+        std::size_t loaded = 0;
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+            auto files = logcap::locate_log(entries[i].id, entries[i].log_driver, entries[i].log_path,
+                                            entries[i].docker_root_dir);
+            struct stat st {};
+            if (!files || containers.count(entries[i].id) ||
+                ::stat((files->dir + "/" + files->live_name).c_str(), &st) != 0 ||
+                st.st_dev != identities[i].first || st.st_ino != identities[i].second)
+                continue;  // gone, or another file now: dropped quietly
+            Watched& w = containers[entries[i].id];
+            w.fed_at = now;
+            w.from_disk = true;
+            w.halted = halted[i];
+            w.live_dev = st.st_dev;
+            w.live_ino = st.st_ino;
+            w.info = std::move(entries[i]);
+            refresh(w);
+            if (!w.active) {  // out of scope under the config now in force
+                unwatch(w);
+                std::string id = w.info.id;
+                containers.erase(id);
+                continue;
+            }
+            ++loaded;
+        }
+        persisted_text = text;
+        if (loaded > 0)
+            record(Priority::info, {},
+                   "capping " + std::to_string(loaded) + " logs known from " + path +
+                       " before the engine answers",
+                   {{"LOGS", std::to_string(loaded)}});
     }
 
     void reconfigure(const LogsConfig& config) {
@@ -357,17 +589,17 @@ struct LogCapper::Loop {
         // A rotation may have happened since the last event was read: cut the file that is
         // at the path now, never a renamed rotation through a stale fd.
         struct stat open_st {}, path_st {};
-        if (w.live_fd >= 0 && (::fstat(w.live_fd, &open_st) != 0 || ::stat(path.c_str(), &path_st) != 0 ||
+        if (w.live_fd && (::fstat(w.live_fd.get(), &open_st) != 0 || ::stat(path.c_str(), &path_st) != 0 ||
                                open_st.st_ino != path_st.st_ino))
             close_live(w);
         ensure_watch(w);
         std::uint64_t before = 0;
         std::uint64_t dropped = 0;
         int error = 0;
-        if (w.live_fd >= 0) {
+        if (w.live_fd) {
             struct stat st {};
-            if (::fstat(w.live_fd, &st) == 0) before = static_cast<std::uint64_t>(st.st_size);
-            if (::ftruncate(w.live_fd, 0) == 0)
+            if (::fstat(w.live_fd.get(), &st) == 0) before = static_cast<std::uint64_t>(st.st_size);
+            if (::ftruncate(w.live_fd.get(), 0) == 0)
                 dropped += before;
             else
                 error = errno;
@@ -412,7 +644,7 @@ struct LogCapper::Loop {
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.pending_after)});
         fields.push_back({"LOG_BYTES_DROPPED", std::to_string(w.pending_dropped)});
         fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
-        fields.push_back({"REASON", logcap::to_string(w.pending_reason)});
+        fields.push_back({"REASON", std::string(logcap::to_string(w.pending_reason))});
         fields.push_back({"ACTION_COUNT", std::to_string(w.pending_cuts)});
         std::string what = w.pending_cuts == 1
                                ? "from " + format_size(w.pending_before) + " to " + format_size(w.pending_after)
@@ -448,11 +680,11 @@ struct LogCapper::Loop {
     void would(Watched& w, LogAction action, CapReason reason) {
         if (w.would_logged) return;
         w.would_logged = true;
-        auto fields = container_fields(w, "would-" + std::string(to_string(action)));
+        auto fields = container_fields(w, dry_run_action(to_string(action)));
         fields.push_back({"LOG_BYTES_BEFORE", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
-        fields.push_back({"REASON", logcap::to_string(reason)});
+        fields.push_back({"REASON", std::string(logcap::to_string(reason))});
         record(Priority::notice, message_id::log_capped,
                "dry run: would " + std::string(to_string(action)) + " container " + w.info.name +
                    " (" + short_id(w.info.id) + "), its log is " + format_size(w.log_bytes()),
@@ -477,8 +709,13 @@ struct LogCapper::Loop {
             t.cap = w.cap;
             t.log_bytes = w.log_bytes();
             t.headroom_bytes = logcap::headroom_for(w.growth.bytes_per_second());
-            t.halted = w.halted;
+            // A container stopped for its log before the restart may have been started
+            // again meanwhile; the engine would say so (add()), but until it does, a log
+            // grown past its cap is taken for a writer again and cut. One still under it is
+            // left as the stop left it.
+            t.halted = w.halted && !(w.from_disk && w.cap.cap_bytes > 0 && w.log_bytes() > w.cap.cap_bytes);
             t.busy = w.busy || now < w.retry_at || (dry_run && w.would_logged);
+            t.local_only = w.from_disk;
             order.push_back(&w);
         }
         targets.resize(n);
@@ -526,6 +763,7 @@ struct LogCapper::Loop {
         if (it == containers.end()) return;
         Watched& w = it->second;
         w.busy = false;
+        persist_dirty = true;  // halted may change
         measure(w, Clock::now(), false);
         switch (result.outcome) {
             case Outcome::acted: break;
@@ -554,7 +792,7 @@ struct LogCapper::Loop {
         fields.push_back({"LOG_BYTES_BEFORE", std::to_string(job.log_bytes_before)});
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
-        fields.push_back({"REASON", logcap::to_string(job.reason)});
+        fields.push_back({"REASON", std::string(logcap::to_string(job.reason))});
         std::string subject = "container " + w.info.name + " (" + short_id(w.info.id) + ")";
         if (result.outcome == Outcome::acted) {
             w.halted = true;
@@ -602,6 +840,11 @@ LogCapper::~LogCapper() {
 
 void LogCapper::start() {
     if (watcher_.joinable() || stopping_) return;
+    if (!options_.persist_path.empty()) {
+        loop_->load_persisted();
+        watched_ = static_cast<std::size_t>(std::count_if(
+            loop_->containers.begin(), loop_->containers.end(), [](const auto& c) { return c.second.active; }));
+    }
     watcher_ = std::thread([this] { run_watcher(); });
     worker_ = std::thread([this] { run_worker(); });
 }
@@ -647,6 +890,10 @@ void LogCapper::reconfigure(const LogsConfig& logs) {
     post([logs](Loop& loop) { loop.reconfigure(logs); });
 }
 
+void LogCapper::forget_unlisted(std::set<std::string> listed) {
+    post([listed = std::move(listed)](Loop& loop) { loop.forget_unlisted(listed); });
+}
+
 LogCapCounters LogCapper::counters() const {
     LogCapCounters c;
     c.log_bytes_dropped = counters_.log_bytes_dropped;
@@ -656,6 +903,8 @@ LogCapCounters LogCapper::counters() const {
     c.removals = counters_.removals;
     c.action_failures = counters_.action_failures;
     c.check_rounds = counters_.check_rounds;
+    c.log_unopenable = counters_.log_unopenable;
+    c.log_open_failures = counters_.log_open_failures;
     return c;
 }
 
@@ -672,13 +921,15 @@ void LogCapper::run_watcher() {
         auto deadline = next_backstop;
         if (!events_allowed) deadline = std::min(deadline, last_round + gap);
         if (auto flush = loop.next_flush()) deadline = std::min(deadline, *flush);
+        const bool persisting = !options_.persist_path.empty() && loop.persist_dirty;
+        if (persisting) deadline = std::min(deadline, loop.next_persist);
         auto wait = std::max(Clock::duration::zero(), deadline - now);
         struct timespec timeout {};
         timeout.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(wait).count();
         timeout.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(
                               wait - std::chrono::seconds(timeout.tv_sec)).count();
         struct pollfd fds[2] = {{wake_fd_, POLLIN, 0},
-                                {loop.inotify_fd, static_cast<short>(events_allowed ? POLLIN : 0), 0}};
+                                {loop.inotify.get(), static_cast<short>(events_allowed ? POLLIN : 0), 0}};
         ::ppoll(fds, 2, &timeout, nullptr);
 
         bool changed = false;
@@ -708,6 +959,7 @@ void LogCapper::run_watcher() {
         bool full = now >= next_backstop;
         if (full) {
             loop.end_root_waits(now);
+            loop.check_unopenable();
             next_backstop = now + options_.logs.check_interval;
             ++backstop_round;
             changed = true;
@@ -721,8 +973,10 @@ void LogCapper::run_watcher() {
             gap = loop.check_gap();
         }
         loop.flush_due(now);
+        if (!options_.persist_path.empty() && loop.persist_dirty && now >= loop.next_persist) loop.persist(now);
     }
     for (auto& [id, w] : loop.containers) loop.flush_record(w);
+    if (!options_.persist_path.empty() && loop.persist_dirty) loop.persist(Clock::now());
 }
 
 void LogCapper::run_worker() {
@@ -740,7 +994,7 @@ void LogCapper::run_worker() {
         request.act = job.action == LogAction::stop   ? ContainerAct::stop
                       : job.action == LogAction::kill ? ContainerAct::kill
                                                       : ContainerAct::remove;
-        request.reason = logcap::to_string(job.reason);
+        request.reason = job.reason;
         request.stop_grace = options_.stop_grace;
         GuardResult result = guard_.act(request);
         if (result.outcome == Outcome::acted) {

@@ -10,6 +10,15 @@
 // within microseconds of the check; stop, kill and remove go through the guarded door
 // (guard.hpp: a fresh inspect, ownership under the current sessions.labels, dry run) on a
 // worker thread, so a slow engine never delays another container's cut.
+//
+// From the first second: what the capper needs to cap a log (its path, driver, cap label,
+// name, session, and the live file's device and inode) is kept in a small file in the state
+// dir (Options::persist_path). start() loads it and caps those logs at once, before the
+// daemon's first list, which through a slow engine took 43 s in the chaos run while a 2 MiB
+// log reached 19.5 MiB. An entry whose file is gone, or is another file now (device and
+// inode), is dropped quietly. Until the engine's word on a loaded container arrives (add()),
+// only its file is cut: a stop, kill or remove needs the door's inspect, so a log past its
+// cap is truncated then whatever logs.action says.
 #pragma once
 
 #include "config.hpp"
@@ -27,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -54,6 +64,11 @@ struct LogCapCounters {
     std::uint64_t removals = 0;
     std::uint64_t action_failures = 0;  // engine calls that failed (retried later)
     std::uint64_t check_rounds = 0;     // times the watcher woke and re-measured logs
+    // Containers in scope whose log directory or live file could not be opened at two
+    // backstop rounds in a row (EACCES, a data root in another mount namespace...): a gauge.
+    std::uint64_t log_unopenable = 0;
+    // Warnings given for those: one per container, however often its log comes and goes.
+    std::uint64_t log_open_failures = 0;
 };
 
 class LogCapper {
@@ -78,6 +93,11 @@ public:
         // (ACTION_COUNT, summed LOG_BYTES_DROPPED): a runaway cut ten times a second would
         // otherwise flood the journal. The first cut is always logged at once.
         std::chrono::milliseconds log_coalesce{std::chrono::seconds{1}};
+        // Where the capper keeps what it needs to cap logs before the engine answers
+        // (<state.dir>/logcap.json); "" = nowhere. Rewritten (temp file, rename) at most
+        // once per persist_interval while it changes, and at stop().
+        std::string persist_path;
+        std::chrono::milliseconds persist_interval{std::chrono::seconds{1}};
         LogSink sink = [](Priority p, std::string_view id, std::string_view message,
                           std::vector<LogField> fields) { log(p, id, message, std::move(fields)); };
     };
@@ -94,6 +114,8 @@ public:
     LogCapper(const LogCapper&) = delete;
     LogCapper& operator=(const LogCapper&) = delete;
 
+    // Loads Options::persist_path (a file that does not parse is ignored with a warning)
+    // and starts capping the logs it names, then starts the threads.
     void start();
     // Stops the threads; an engine call in flight is waited for. Pending coalesced records
     // are written. Idempotent.
@@ -111,6 +133,11 @@ public:
     void add(ContainerLog container);
     void remove(const std::string& id);
     void reconfigure(const LogsConfig& logs);
+    // The engine's full list came: `listed` are the containers that exist. Those loaded at
+    // start() and not in it are gone and are forgotten; those in it stay capped (cut only)
+    // until add() brings their info, which may come tens of seconds later through a slow
+    // engine (the daemon inspects each container after the list).
+    void forget_unlisted(std::set<std::string> listed);
 
     LogCapCounters counters() const;
     // Containers whose logs are being watched right now.
@@ -152,7 +179,7 @@ private:
 
     struct AtomicCounters {
         std::atomic<std::uint64_t> log_bytes_dropped{0}, truncations{0}, stops{0}, kills{0},
-            removals{0}, action_failures{0}, check_rounds{0};
+            removals{0}, action_failures{0}, check_rounds{0}, log_unopenable{0}, log_open_failures{0};
     } counters_;
 };
 

@@ -1,14 +1,12 @@
 #include "logcap_policy.hpp"
 
+#include <reaper/units.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 namespace reaperd::logcap {
-
-const char* to_string(CapReason reason) {
-    return reason == CapReason::own_cap ? "max_size" : "total_max_size";
-}
 
 CapSetting resolve_cap(const reaper::Labels& labels, std::uint64_t default_cap_bytes) {
     CapSetting setting;
@@ -16,7 +14,7 @@ CapSetting resolve_cap(const reaper::Labels& labels, std::uint64_t default_cap_b
     auto label = labels.find(max_size_label);
     if (label == labels.end()) return setting;
     try {
-        setting.cap_bytes = parse_size(label->second);
+        setting.cap_bytes = reaper::parse_docker_size(label->second);
         setting.exempt = setting.cap_bytes == 0;
     } catch (const std::exception&) {
         setting.bad_label = label->second;
@@ -98,9 +96,10 @@ std::vector<CapDecision> decide(const std::vector<CapTarget>& targets, const Log
     auto in_scope = [&](const CapTarget& t) {
         return (t.owned || config.scope == LogScope::all) && !t.cap.exempt;
     };
-    // The one place the action is chosen: unowned containers are only ever truncated.
+    // The one place the action is chosen: unowned containers, and those the engine has not
+    // described yet, are only ever truncated.
     auto action_for = [&](const CapTarget& t) {
-        return t.owned ? config.action : LogAction::truncate;
+        return t.owned && !t.local_only ? config.action : LogAction::truncate;
     };
 
     for (std::size_t i = 0; i < targets.size(); ++i) {

@@ -29,7 +29,9 @@ struct CapSetting {
     std::optional<std::string> bad_label;
 };
 
-// The label wins over `default_cap_bytes` when it parses as a size (config.hpp parse_size).
+// The label wins over `default_cap_bytes` when it parses as a size as Docker reads its own
+// log option `max-size` (reaper/units.hpp parse_docker_size: decimal, "10m" = 10,000,000
+// bytes), since the label stands in for that option on containers created without it.
 CapSetting resolve_cap(const reaper::Labels& labels, std::uint64_t default_cap_bytes);
 
 // ---- where the log is ----------------------------------------------------------------------
@@ -101,10 +103,12 @@ struct CapTarget {  // one watched container, as the decision sees it
     bool halted = false;
     // A stop/kill/remove is in flight or was just tried: wait for its result.
     bool busy = false;
+    // Known only from the capper's persisted list, not yet from the engine: a stop, kill or
+    // remove needs the engine (the door inspects first), so it is truncated instead.
+    bool local_only = false;
 };
 
-enum class CapReason { own_cap, total_budget };
-const char* to_string(CapReason reason);
+// CapReason, why it acts, is a vocabulary: vocabulary.hpp.
 
 struct CapDecision {
     std::size_t target = 0;  // index into the targets given
@@ -114,9 +118,9 @@ struct CapDecision {
 
 // What to do now. A target over its mark gets the configured action; when the total budget
 // (logs.total_max_size) would be passed, the largest remaining logs are acted on until the
-// rest fits. An unowned target is only ever truncated, whatever logs.action says, and with
-// scope `sessions` it is not acted on at all: reaperd never stops, kills or removes a
-// container it does not own by label.
+// rest fits. An unowned or local_only target is only ever truncated, whatever logs.action
+// says, and an unowned one with scope `sessions` is not acted on at all: reaperd never
+// stops, kills or removes a container it does not own by label.
 std::vector<CapDecision> decide(const std::vector<CapTarget>& targets, const LogsConfig& config);
 
 }  // namespace reaperd::logcap

@@ -105,6 +105,23 @@ BOOST_AUTO_TEST_CASE(halted_busy_exempt_and_uncapped_targets_are_left) {
     BOOST_TEST(decide(targets, config).empty());
 }
 
+// Before the engine has described a container (it is known from the persisted list only),
+// stop, kill and remove cannot go through the door's inspect: its log is cut instead.
+BOOST_AUTO_TEST_CASE(a_target_known_only_locally_is_truncated_whatever_the_action) {
+    for (auto action : all_actions)
+        for (bool budget : {false, true}) {
+            BOOST_TEST_CONTEXT("action " << std::string(reaperd::to_string(action)) << ", budget " << budget) {
+                auto config = budget ? logs_config(action, LogScope::sessions, 0, 10 * MiB)
+                                     : logs_config(action, LogScope::sessions, 10 * MiB);
+                std::vector<CapTarget> targets{target("a", true, config.max_size_bytes, 20 * MiB)};
+                targets[0].local_only = true;
+                auto decisions = decide(targets, config);
+                BOOST_TEST_REQUIRE(decisions.size() == 1u);
+                BOOST_TEST((decisions[0].action == LogAction::truncate));
+            }
+        }
+}
+
 BOOST_AUTO_TEST_CASE(the_total_budget_acts_on_the_largest_first) {
     auto config = logs_config(LogAction::stop, LogScope::all, 0, 100 * MiB);
     std::vector<CapTarget> targets{target("small", true, 0, 10 * MiB), target("big", true, 0, 60 * MiB),
@@ -149,8 +166,10 @@ BOOST_AUTO_TEST_CASE(labels_override_the_default) {
         bool bad;
     };
     const Row rows[] = {
-        {std::nullopt, 10 * MiB, false, false}, {"1MiB", 1 * MiB, false, false},
-        {"512k", 512 * 1024, false, false},     {"0", 0, true, false},
+        // Docker's max-size grammar, decimal (units.hpp parse_docker_size): "1MiB" is 10^6.
+        {std::nullopt, 10 * MiB, false, false}, {"1MiB", 1'000'000, false, false},
+        {"512k", 512'000, false, false},        {"10m", 10'000'000, false, false},
+        {"1.5g", 1'500'000'000, false, false},  {"0", 0, true, false},
         {"lots", 10 * MiB, false, true},        {"-5MiB", 10 * MiB, false, true},
         {"", 10 * MiB, false, true},
     };
@@ -656,9 +675,9 @@ BOOST_AUTO_TEST_CASE(dry_run_only_logs) {
     capper.add(c);
     BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
     append(c.log_path, 2 * MiB);
-    BOOST_TEST_REQUIRE(eventually([&] { return !f.records.with("ACTION", "would-remove").empty(); }));
+    BOOST_TEST_REQUIRE(eventually([&] { return !f.records.with("ACTION", "would_remove").empty(); }));
     std::this_thread::sleep_for(300ms);
-    BOOST_TEST(f.records.with("ACTION", "would-remove").size() == 1u);
+    BOOST_TEST(f.records.with("ACTION", "would_remove").size() == 1u);
     BOOST_TEST(size_of(c.log_path) == 2 * MiB);
     BOOST_TEST(f.engine.calls().empty());
 }
@@ -708,7 +727,7 @@ BOOST_AUTO_TEST_CASE(a_reload_to_dry_run_and_back_reaches_the_capper) {
     BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
     guard.configure({{"reaperd.session"}, true});  // the reload
     append(c.log_path, 2 * MiB);
-    BOOST_TEST_REQUIRE(eventually([&] { return f.records.with("ACTION", "would-remove").size() == 1u; }));
+    BOOST_TEST_REQUIRE(eventually([&] { return f.records.with("ACTION", "would_remove").size() == 1u; }));
     std::this_thread::sleep_for(300ms);
     BOOST_TEST(f.engine.calls().empty());
     BOOST_TEST(size_of(c.log_path) == 2 * MiB);
@@ -740,6 +759,146 @@ BOOST_AUTO_TEST_CASE(repeated_cuts_are_coalesced_into_one_record_per_interval) {
     }));
     BOOST_TEST(f.records.with("ACTION", "truncate").size() < 5u);
     capper.stop();
+}
+
+// Issue 11: a restarted reaperd waited for the engine's full list (43 s behind a slow proxy
+// in the chaos run) before capping anything, and a 2 MiB log reached 19.5 MiB meanwhile.
+BOOST_AUTO_TEST_CASE(a_persisted_log_is_capped_before_any_engine_info) {
+    Fixture f;
+    std::string persisted = (f.root / "logcap.json").string();
+    auto options = f.options(logs_config(LogAction::stop, LogScope::sessions, 1 * MiB));
+    options.persist_path = persisted;
+    options.persist_interval = 10ms;
+    auto c = f.container("e1", "s1");
+    {
+        LogCapper first(f.engine, options);
+        first.start();
+        first.add(c);
+        BOOST_TEST_REQUIRE(eventually([&] { return fs::exists(persisted); }));
+    }  // as a SIGKILL would leave it: the file, and nothing the engine said since
+    LogCapper capper(f.engine, options);
+    capper.start();
+    BOOST_TEST(capper.watched() == 1u);  // at once, before the thread ran
+    BOOST_TEST_REQUIRE(!f.records.with("LOGS", "1").empty());
+    // Cut again and again (watched by inotify, not only at the backstop's rounds).
+    for (unsigned cuts = 1; cuts <= 3; ++cuts) {
+        append(c.log_path, 2 * MiB);
+        BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().truncations == cuts; }, 500ms));
+        BOOST_TEST(size_of(c.log_path) < MiB);
+    }
+    // The action is stop, but nothing goes to the engine before it has described the container.
+    BOOST_TEST(f.engine.calls().empty());
+    BOOST_TEST(capper.counters().stops == 0u);
+    auto cut = f.records.with("ACTION", "truncate");
+    BOOST_TEST_REQUIRE(!cut.empty());
+    BOOST_TEST(cut.front().fields["CONTAINER_NAME"] == c.name);
+    BOOST_TEST(cut.front().fields["SESSION_ID"] == "s1");
+
+    // Once the engine has described it, the configured action applies again.
+    capper.add(c);
+    append(c.log_path, 2 * MiB);
+    BOOST_TEST(eventually([&] { return capper.counters().stops == 1u; }));
+}
+
+BOOST_AUTO_TEST_CASE(a_persisted_entry_whose_file_is_gone_or_replaced_is_dropped_quietly) {
+    Fixture f;
+    std::string persisted = (f.root / "logcap.json").string();
+    auto options = f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB));
+    options.persist_path = persisted;
+    options.persist_interval = 10ms;
+    auto gone = f.container("e2", "s1");
+    auto replaced = f.container("e3", "s1");
+    auto kept = f.container("e4", "s1");
+    {
+        LogCapper first(f.engine, options);
+        first.start();
+        first.add(gone);
+        first.add(replaced);
+        first.add(kept);
+        BOOST_TEST_REQUIRE(eventually([&] { return first.watched() == 3u; }));
+    }
+    fs::remove_all(fs::path(gone.log_path).parent_path());
+    fs::remove(replaced.log_path);
+    std::ofstream(replaced.log_path).flush();  // a new inode at the same path
+    auto before = f.records.all().size();
+    LogCapper capper(f.engine, options);
+    capper.start();
+    BOOST_TEST(capper.watched() == 1u);
+    // Quietly: only the count of what was loaded.
+    auto records = f.records.all();
+    BOOST_TEST_REQUIRE(records.size() == before + 1);
+    BOOST_TEST(records.back().fields["LOGS"] == "1");
+
+    // A list that names it keeps it (its info comes later); one that does not forgets it,
+    // also from the file.
+    capper.forget_unlisted({kept.id});
+    std::this_thread::sleep_for(50ms);
+    BOOST_TEST(capper.watched() == 1u);
+    capper.forget_unlisted({});
+    BOOST_TEST(eventually([&] { return capper.watched() == 0u; }));
+    capper.stop();
+    LogCapper third(f.engine, options);
+    third.start();
+    BOOST_TEST(third.watched() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_persisted_file_that_does_not_parse_is_ignored_with_a_warning) {
+    Fixture f;
+    std::string persisted = (f.root / "logcap.json").string();
+    std::ofstream(persisted) << "{\"containers\": [{\"id\": 1";
+    auto options = f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB));
+    options.persist_path = persisted;
+    LogCapper capper(f.engine, options);
+    capper.start();
+    BOOST_TEST(capper.watched() == 0u);
+    auto records = f.records.all();
+    BOOST_TEST_REQUIRE(records.size() == 1u);
+    BOOST_TEST((records[0].priority == Priority::warning));
+    BOOST_TEST(records[0].message.find(persisted) != std::string::npos);
+}
+
+// Issue 11: a log in a directory reaperd cannot see (another mount namespace, a data root it
+// cannot reach) was silently not capped.
+BOOST_AUTO_TEST_CASE(an_unopenable_log_warns_once_and_counts) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("e5", "s1");
+    c.log_path = (f.root / "elsewhere" / "containers" / c.id / (c.id + "-json.log")).string();
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().log_open_failures == 1u; }));
+    BOOST_TEST(capper.counters().log_unopenable == 1u);
+    std::this_thread::sleep_for(1s);  // five more backstop rounds
+    auto warned = f.records.with("CONTAINER_ID", c.id);
+    BOOST_TEST_REQUIRE(warned.size() == 1u);
+    BOOST_TEST((warned[0].priority == Priority::warning));
+    BOOST_TEST(warned[0].fields["LOG_PATH"] == fs::path(c.log_path).parent_path().string());
+    BOOST_TEST(warned[0].fields["ERROR"] == std::system_category().message(ENOENT));
+    BOOST_TEST(capper.counters().log_open_failures == 1u);
+
+    // It becomes visible: capped, and the gauge drops.
+    fs::create_directories(fs::path(c.log_path).parent_path());
+    std::ofstream(c.log_path).flush();
+    BOOST_TEST(eventually([&] { return capper.counters().log_unopenable == 0u; }));
+    append(c.log_path, 2 * MiB);
+    BOOST_TEST(eventually([&] { return capper.counters().truncations > 0u; }));
+    BOOST_TEST(f.records.with("CONTAINER_ID", c.id).size() >= 2u);  // the cut's record
+}
+
+// A container whose directory was watched and then went (removed before the daemon said so)
+// is not a log reaperd cannot open.
+BOOST_AUTO_TEST_CASE(a_removed_container_is_not_reported_as_unopenable) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("e6", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(eventually([&] { return capper.watched() == 1u; }));
+    std::this_thread::sleep_for(50ms);
+    fs::remove_all(fs::path(c.log_path).parent_path());
+    std::this_thread::sleep_for(1s);
+    BOOST_TEST(capper.counters().log_open_failures == 0u);
+    BOOST_TEST(f.records.with("CONTAINER_ID", c.id).empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -172,9 +172,9 @@ void Metrics::reap_done(Seconds latency) {
     reap_latency_.observe(std::max(0.0, latency.count()));
 }
 
-void Metrics::session_ended(const std::string& reason) {
+void Metrics::session_ended(EndReason reason) {
     std::lock_guard lock(mutex_);
-    ++sessions_ended_[reason];
+    ++sessions_ended_[std::string(to_string(reason))];
 }
 
 void Metrics::engine_synced(std::chrono::system_clock::time_point at) noexcept {
@@ -185,6 +185,18 @@ void Metrics::engine_synced(std::chrono::system_clock::time_point at) noexcept {
 std::map<std::string, std::uint64_t> Metrics::sessions_ended() const {
     std::lock_guard lock(mutex_);
     return sessions_ended_;
+}
+
+void Metrics::control_refused(const std::string& reason) {
+    std::lock_guard lock(mutex_);
+    ++control_refused_[reason];
+}
+
+std::map<std::string, std::uint64_t> Metrics::control_refusals() const {
+    std::map<std::string, std::uint64_t> counts{{"connections", 0}, {"connections_per_uid", 0}, {"leases_per_uid", 0}};
+    std::lock_guard lock(mutex_);
+    for (const auto& [reason, count] : control_refused_) counts[reason] = count;
+    return counts;
 }
 
 Histogram Metrics::reap_latency() const {
@@ -266,6 +278,18 @@ std::string Metrics::render(const Gauges& gauges) const {
     header(out, "reaperd_log_action_failures_total", "counter",
            "Log-cap actions (truncate, stop, kill, remove) that failed; each is tried again.");
     out << "reaperd_log_action_failures_total " << gauges.log_action_failures << '\n';
+    header(out, "reaperd_log_unopenable", "gauge",
+           "Container logs in scope that reaperd cannot open (permissions, another mount "
+           "namespace, a data root it cannot see), so not capped.");
+    out << "reaperd_log_unopenable " << gauges.log_unopenable << '\n';
+    header(out, "reaperd_log_open_failures_total", "counter",
+           "Containers whose log reaperd could not open, each warned about once.");
+    out << "reaperd_log_open_failures_total " << gauges.log_open_failures << '\n';
+    header(out, "reaperd_control_refused_total", "counter",
+           "Control connections and leases refused by a limit (control.max_connections, "
+           "control.max_connections_per_uid, control.max_leases_per_uid), by reason.");
+    for (const auto& [reason, count] : control_refusals())
+        out << "reaperd_control_refused_total{reason=\"" << escape_label(reason) << "\"} " << count << '\n';
     header(out, "reaperd_state_save_failures_total", "counter",
            "Times the state file could not be saved; the next change tries again.");
     out << "reaperd_state_save_failures_total " << state_save_failures() << '\n';

@@ -5,6 +5,8 @@
 // finds nothing to say about the exposition (tests/integration/prometheus_test.cpp).
 #pragma once
 
+#include "vocabulary.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -60,6 +62,8 @@ struct Gauges {
     std::uint64_t log_bytes_dropped = 0;
     std::map<std::string, std::uint64_t> log_actions;
     std::uint64_t log_action_failures = 0;  // the capper's engine calls that failed
+    std::uint64_t log_unopenable = 0;        // logs in scope the capper cannot open now
+    std::uint64_t log_open_failures = 0;     // warnings it gave for those, one per container
     std::optional<ProcessStats> process;
 };
 
@@ -97,8 +101,12 @@ public:
         ++(kind == "volume" ? volumes_reaped_ : networks_reaped_);
     }
     void engine_reconnect() noexcept { ++engine_reconnects_; }
-    // A session ended, for `reason` (Session::end_reason: "end", "lease_expired", ...).
-    void session_ended(const std::string& reason);
+    // A control connection or lease refused by a limit: "connections", "connections_per_uid"
+    // or "leases_per_uid" (ControlHandler::request_refused).
+    void control_refused(const std::string& reason);
+    std::map<std::string, std::uint64_t> control_refusals() const;  // every reason, 0 included
+    // A session ended, for `reason`: its label value is the vocabulary's name.
+    void session_ended(EndReason reason);
     void state_save_failed() noexcept { ++state_save_failures_; }
     // A tombstone forgotten before its tombstone_ttl because more than
     // sessions.max_tombstones were held.
@@ -106,8 +114,8 @@ public:
     std::uint64_t tombstones_evicted() const noexcept { return tombstones_evicted_; }
     // A full list of the engine's containers was reconciled at `at`.
     void engine_synced(std::chrono::system_clock::time_point at) noexcept;
-    // One action taken (or, in a dry run, that would have been): "reap", "would_reap",
-    // "end_session", "truncate", "stop", "kill", "remove", ...
+    // One action taken (or, in a dry run, that would have been: dry_run_action()): "reap",
+    // "would_reap", "end_session", the log capper's (LogAction's names), "refused_...".
     void action(const std::string& kind);
 
     std::uint64_t reaps_done() const noexcept { return reaps_done_; }
@@ -139,6 +147,7 @@ private:
     mutable std::mutex mutex_;
     std::map<std::string, std::uint64_t> actions_;
     std::map<std::string, std::uint64_t> sessions_ended_;  // by reason
+    std::map<std::string, std::uint64_t> control_refused_;  // by reason
     Histogram reap_latency_{reap_latency_buckets()};
 };
 

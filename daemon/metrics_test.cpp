@@ -78,9 +78,9 @@ std::string family_of(const std::string& sample, const std::set<std::string>& hi
 void make_busy(Metrics& m) {
     m.reap_done(40ms);
     m.reap_failed();
-    m.session_ended("end");
-    m.session_ended("lease_expired");
-    m.session_ended("lease_expired");
+    m.session_ended(EndReason::end);
+    m.session_ended(EndReason::lease_expired);
+    m.session_ended(EndReason::lease_expired);
     m.state_save_failed();
     m.tombstone_evicted();
     m.tombstone_evicted();
@@ -311,4 +311,17 @@ BOOST_AUTO_TEST_CASE(this_process_figures_are_plausible) {
     // This test process started moments ago (ticks are 10 ms; btime is whole seconds).
     BOOST_TEST(stats->start_time_seconds <= now + 1);
     BOOST_TEST(stats->start_time_seconds > now - 600);
+}
+
+BOOST_AUTO_TEST_CASE(control_refusals_are_counted_by_reason_every_reason_shown) {
+    Metrics m;
+    m.control_refused("leases_per_uid");
+    m.control_refused("leases_per_uid");
+    m.control_refused("connections_per_uid");
+    const std::string text = m.render(Gauges{});
+    for (const char* line : {"# TYPE reaperd_control_refused_total counter\n",
+                             "reaperd_control_refused_total{reason=\"connections\"} 0\n",
+                             "reaperd_control_refused_total{reason=\"connections_per_uid\"} 1\n",
+                             "reaperd_control_refused_total{reason=\"leases_per_uid\"} 2\n"})
+        BOOST_TEST(text.find(line) != std::string::npos, line);
 }

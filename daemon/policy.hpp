@@ -15,14 +15,14 @@ namespace reaperd {
 
 struct EndSession {
     std::string session;
-    std::string reason;  // "lease_expired", "unclaimed"
+    EndReason reason = EndReason::lease_expired;
 };
 
 struct ReapContainer {  // queue a reap (or, in a dry run, log that it would)
     std::string container;
     std::string name;
     std::string session;
-    std::string reason;  // "session_ended", "max_age"
+    ReapReason reason = ReapReason::session_ended;  // session_ended or max_age
 };
 
 struct RemoveObject {  // queue the removal of a network or volume (dry run: log that it would)
@@ -52,6 +52,14 @@ struct Decision {
 // are never considered. A network or volume is removed only because its session ended (no
 // max_age, no orphan reports).
 Decision decide(const Registry& registry, const Config& config, TimePoint now);
+
+// A session's deadline, the one fact decide() acts on and status shows (`deadline`): the end
+// of its lease grace (it ends: lease_expired), or, when it never took a lease and
+// sessions.unclaimed_grace is on, first seen + that grace (it ends: unclaimed, if it owns
+// something then). nullopt for a leased session, or one that no time ends.
+std::optional<TimePoint> deadline_of(const Session& session, const SessionsConfig& config);
+// A tombstone's: ended_at + sessions.tombstone_ttl, when it is forgotten.
+TimePoint deadline_of(const Tombstone& tombstone, const SessionsConfig& config);
 
 // What the loop tells the door (guard.hpp) with each attempt of a pending reap: the session
 // it was queued for, and, for a reap because that session ended, whether the session is

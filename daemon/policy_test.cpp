@@ -42,10 +42,10 @@ BOOST_AUTO_TEST_CASE(never_reaps_unlabeled_or_leased_while_reaping_the_ended) {
     r.upsert_container(info("ended-2", owned("dead")), config.sessions, t0);
     r.lease_opened("alive", 1, t0);
     r.lease_opened("dead", 2, t0);
-    r.end_session("dead", "end", t0);
+    r.end_session("dead", EndReason::end, t0);
     Decision d = decide(r, config, t0 + 500ms);
     BOOST_TEST((reaped(d) == std::vector<std::string>{"ended-1", "ended-2"}));
-    for (const auto& reap : d.reap) BOOST_TEST(reap.reason == "session_ended");
+    for (const auto& reap : d.reap) BOOST_TEST((reap.reason == ReapReason::session_ended));
 
     d = decide(r, config, t0 + 1h);  // max_age reaps the leased one too, never the unlabeled
     BOOST_TEST((reaped(d) == std::vector<std::string>{"ended-1", "ended-2", "leased-1"}));
@@ -64,7 +64,7 @@ BOOST_AUTO_TEST_CASE(lease_grace_ends_a_session_at_its_deadline) {
     Decision at = decide(r, config, t0 + 10s);
     BOOST_REQUIRE(at.end.size() == 1u);
     BOOST_TEST(at.end[0].session == "s");
-    BOOST_TEST(at.end[0].reason == "lease_expired");
+    BOOST_TEST((at.end[0].reason == EndReason::lease_expired));
     BOOST_TEST((reaped(at) == std::vector<std::string>{"c"}));
 }
 
@@ -81,8 +81,46 @@ BOOST_AUTO_TEST_CASE(never_leased_sessions_are_left_alone_unless_unclaimed_grace
     BOOST_TEST((decide(r, config, t0 + 59s).next_wake == t0 + 60s));
     d = decide(r, config, t0 + 60s);
     BOOST_REQUIRE(d.end.size() == 1u);
-    BOOST_TEST(d.end[0].reason == "unclaimed");
+    BOOST_TEST((d.end[0].reason == EndReason::unclaimed));
     BOOST_TEST((reaped(d) == std::vector<std::string>{"c"}));
+}
+
+// One deadline per session, the one decide() acts on and status shows: a lease grace's end,
+// an unclaimed grace's (only for a session that never leased), a tombstone's expiry.
+BOOST_AUTO_TEST_CASE(a_sessions_deadline_is_the_one_decide_acts_on) {
+    Config config;
+    config.sessions.unclaimed_grace = 1min;
+    config.sessions.lease_grace = 10s;
+    Registry r;
+    r.upsert_container(info("u", owned("unclaimed")), config.sessions, t0);
+    r.upsert_container(info("g", owned("grace")), config.sessions, t0);
+    r.upsert_container(info("l", owned("leased")), config.sessions, t0);
+    r.lease_opened("grace", 1, t0);
+    r.lease_closed("grace", 1, config.sessions.lease_grace, t0 + 5s);
+    r.lease_opened("leased", 2, t0);
+    r.end_session("ended", EndReason::end, t0 + 1s);
+
+    const auto& sc = config.sessions;
+    BOOST_TEST((deadline_of(r.sessions.at("unclaimed"), sc) == std::optional<TimePoint>(t0 + 1min)));
+    BOOST_TEST((deadline_of(r.sessions.at("grace"), sc) == std::optional<TimePoint>(t0 + 15s)));
+    BOOST_TEST(!deadline_of(r.sessions.at("leased"), sc).has_value());
+    BOOST_TEST((deadline_of(*r.tombstone("ended"), sc) == t0 + 1s + sc.tombstone_ttl));
+    // A session that leased once is not unclaimed-graced, even with no lease or grace now.
+    Session once;
+    once.ever_leased = true;
+    BOOST_TEST(!deadline_of(once, sc).has_value());
+    config.sessions.unclaimed_grace = 0s;
+    BOOST_TEST(!deadline_of(r.sessions.at("unclaimed"), config.sessions).has_value());
+    config.sessions.unclaimed_grace = 1min;
+
+    // decide() ends each at its deadline, not a moment before.
+    BOOST_TEST((decide(r, config, t0 + 14s).next_wake == t0 + 15s));
+    Decision d = decide(r, config, t0 + 15s);
+    BOOST_REQUIRE(d.end.size() == 1u);
+    BOOST_TEST(d.end[0].session == "grace");
+    BOOST_TEST((d.end[0].reason == EndReason::lease_expired));
+    BOOST_TEST(decide(r, config, t0 + 59s).end.size() == 1u);
+    BOOST_TEST(decide(r, config, t0 + 1min).end.size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(max_age_label_overrides_the_default_per_container) {
@@ -96,7 +134,7 @@ BOOST_AUTO_TEST_CASE(max_age_label_overrides_the_default_per_container) {
     BOOST_TEST(decide(r, config, t0 + 29s).reap.empty());
     Decision d = decide(r, config, t0 + 30s);
     BOOST_TEST((reaped(d) == std::vector<std::string>{"short"}));
-    BOOST_TEST(d.reap[0].reason == "max_age");
+    BOOST_TEST((d.reap[0].reason == ReapReason::max_age));
     config.sessions.max_age = 1h;
     BOOST_TEST((reaped(decide(r, config, t0 + 1h)) ==
                 std::vector<std::string>{"bad", "default", "short"}));
@@ -106,7 +144,7 @@ BOOST_AUTO_TEST_CASE(tombstones_reap_later_containers_until_they_expire) {
     Config config;
     config.sessions.tombstone_ttl = 1h;
     Registry r;
-    r.end_session("s", "end", t0);
+    r.end_session("s", EndReason::end, t0);
     r.upsert_container(info("late", owned("s")), config.sessions, t0 + 30min);
     Decision d = decide(r, config, t0 + 30min);
     BOOST_TEST((reaped(d) == std::vector<std::string>{"late"}));
@@ -120,8 +158,8 @@ BOOST_AUTO_TEST_CASE(pending_reaps_are_attempted_when_due_and_not_twice) {
     Config config;
     Registry r;
     r.upsert_container(info("c", owned("s")), config.sessions, t0);
-    r.end_session("s", "end", t0);
-    r.add_pending("c", "n-c", "s", "session_ended", t0);
+    r.end_session("s", EndReason::end, t0);
+    r.add_pending("c", "n-c", "s", ReapReason::session_ended, t0);
     Decision d = decide(r, config, t0);
     BOOST_TEST(d.reap.empty());
     BOOST_TEST((d.attempt == std::vector<std::string>{"c"}));
@@ -139,8 +177,8 @@ BOOST_AUTO_TEST_CASE(dry_run_reports_each_container_once_and_attempts_nothing) {
     config.reaper.dry_run = true;
     Registry r;
     r.upsert_container(info("c", owned("s")), config.sessions, t0);
-    r.end_session("s", "end", t0);
-    r.add_pending("orphan", "", "s", "orphan", t0);
+    r.end_session("s", EndReason::end, t0);
+    r.add_pending("orphan", "", "s", ReapReason::orphan, t0);
     Decision d = decide(r, config, t0);
     BOOST_TEST((reaped(d) == std::vector<std::string>{"c"}));
     BOOST_TEST(d.attempt.empty());
@@ -177,33 +215,39 @@ BOOST_AUTO_TEST_CASE(each_attempt_tells_the_door_the_session_and_its_liveness) {
     r.lease_opened("leased", 1, t0);
     r.lease_opened("grace", 2, t0);
     r.lease_closed("grace", 2, 10s, t0);
-    r.end_session("ended", "end", t0);
+    r.end_session("ended", EndReason::end, t0);
     r.lease_opened("revived", 3, t0);  // ended, then leased again: alive
-    r.end_session("revived", "end", t0);
+    r.end_session("revived", EndReason::end, t0);
     r.lease_opened("revived", 4, t0);
     r.lease_opened("ended-while-leased", 5, t0);  // an explicit end wins over its open lease
-    r.end_session("ended-while-leased", "end", t0);
+    r.end_session("ended-while-leased", EndReason::end, t0);
+    // Its record goes at the end (nothing held), its lease count stays, for the door.
+    r.lease_opened("lease-expired", 6, t0);
+    r.lease_closed("lease-expired", 6, 10s, t0);
+    r.end_session("lease-expired", EndReason::lease_expired, t0 + 10s);
+    BOOST_TEST(r.sessions.count("lease-expired") == 0u);
     struct Row {
         std::string session;
-        std::string reason;
+        ReapReason reason;
         Expectation expected;
     } rows[] = {
-        {"leased", "session_ended", {"leased", true, 1}},
-        {"grace", "session_ended", {"grace", true, 1}},
-        {"revived", "session_ended", {"revived", true, 2}},
-        {"ended", "session_ended", {"ended", false, 0}},
-        {"ended-while-leased", "session_ended", {"ended-while-leased", false, 1}},
-        {"forgotten", "session_ended", {"forgotten", false, 0}},
-        {"leased", "orphan", {"leased", false}},   // its owner's own report
-        {"leased", "max_age", {"leased", false}},  // its age is the reason
-        {"", "orphan", {std::nullopt, false}},     // an unverified full id: the door checks
+        {"leased", ReapReason::session_ended, {"leased", true, 1}},
+        {"grace", ReapReason::session_ended, {"grace", true, 1}},
+        {"revived", ReapReason::session_ended, {"revived", true, 2}},
+        {"ended", ReapReason::session_ended, {"ended", false, 0}},
+        {"ended-while-leased", ReapReason::session_ended, {"ended-while-leased", false, 1}},
+        {"lease-expired", ReapReason::session_ended, {"lease-expired", false, 1}},
+        {"forgotten", ReapReason::session_ended, {"forgotten", false, 0}},
+        {"leased", ReapReason::orphan, {"leased", false}},   // its owner's own report
+        {"leased", ReapReason::max_age, {"leased", false}},  // its age is the reason
+        {"", ReapReason::orphan, {std::nullopt, false}},     // an unverified full id: the door checks
     };
     for (const auto& row : rows) {
         PendingReap reap;
         reap.container = "c";
         reap.session = row.session;
         reap.reason = row.reason;
-        BOOST_TEST((expectation_for(reap, r) == row.expected), row.session << "/" << row.reason);
+        BOOST_TEST((expectation_for(reap, r) == row.expected), row.session << "/" << to_string(row.reason));
     }
 }
 
@@ -234,7 +278,7 @@ BOOST_AUTO_TEST_CASE(past_max_tombstones_the_oldest_idle_ones_are_evicted) {
     config.sessions.max_tombstones = 3;
     Registry r;
     // Ended one minute apart, in an order unlike their ids: "e0" oldest.
-    for (int i = 0; i < 6; ++i) r.end_session("e" + std::to_string(i), "end", t0 + i * 1min);
+    for (int i = 0; i < 6; ++i) r.end_session("e" + std::to_string(i), EndReason::end, t0 + i * 1min);
     const TimePoint now = t0 + 10min;
     Decision d = decide(r, config, now);
     BOOST_TEST((d.evict == std::vector<std::string>{"e0", "e1", "e2"}));
@@ -243,7 +287,7 @@ BOOST_AUTO_TEST_CASE(past_max_tombstones_the_oldest_idle_ones_are_evicted) {
     // Never one still needed to reap something: a container, a pending reap, a network, or
     // a pending removal keeps it (over the limit); the next oldest go instead.
     r.upsert_container(info("c", owned("e0")), config.sessions, now);
-    r.add_pending("gone-soon", "n", "e1", "session_ended", now);
+    r.add_pending("gone-soon", "n", "e1", ReapReason::session_ended, now);
     r.upsert_object({ObjectKind::network, "net"}, "net", owned("e2"), config.sessions, now);
     d = decide(r, config, now);
     BOOST_TEST((d.evict == std::vector<std::string>{"e3", "e4", "e5"}));
@@ -262,6 +306,53 @@ BOOST_AUTO_TEST_CASE(past_max_tombstones_the_oldest_idle_ones_are_evicted) {
     BOOST_TEST(decide(r, config, now).evict.empty());
 }
 
+// Tombstones are taken from the front of their age order: the expired ones (the oldest) are
+// forgotten and the next expiry is the wake-up; the kept ones are never walked, nor expired
+// ones counted against max_tombstones.
+BOOST_AUTO_TEST_CASE(tombstones_expire_oldest_first_and_the_next_expiry_wakes) {
+    Config config;
+    config.sessions.tombstone_ttl = 1h;
+    config.sessions.max_tombstones = 2;
+    Registry r;
+    for (int i = 0; i < 6; ++i) r.end_session("e" + std::to_string(i), EndReason::end, t0 + i * 1min);
+    Decision d = decide(r, config, t0 + 1h + 2min);  // e0, e1, e2 are due (at or past expiry)
+    BOOST_TEST((d.forget == std::vector<std::string>{"e0", "e1", "e2"}));
+    BOOST_TEST((d.evict == std::vector<std::string>{"e3"}));  // 3 kept, over 2 by one
+    BOOST_REQUIRE(d.next_wake);
+    BOOST_TEST((*d.next_wake == t0 + 3min + 1h));
+    for (const auto& id : d.forget) r.forget_session(id);
+    for (const auto& id : d.evict) r.forget_session(id);
+    BOOST_TEST(r.tombstones().size() == 2u);
+    BOOST_TEST(r.tombstones_by_age().size() == 2u);
+    BOOST_TEST(decide(r, config, t0 + 1h + 2min).forget.empty());
+}
+
+// A container that appears under an ended session's id gets a record beside its tombstone;
+// the session stays ended (its containers are reaped), the record is not forgotten as idle,
+// and the tombstone's expiry drops both.
+BOOST_AUTO_TEST_CASE(a_container_under_a_tombstoned_id_is_reaped_and_keeps_it_ended) {
+    Config config;
+    config.sessions.tombstone_ttl = 1h;
+    config.sessions.unclaimed_grace = 1s;
+    Registry r;
+    r.end_session("s", EndReason::end, t0);
+    BOOST_TEST(r.sessions.empty());  // a tombstone only: no record
+    r.upsert_container(info("late", owned("s")), config.sessions, t0 + 1min);
+    BOOST_TEST(r.sessions.count("s") == 1u);
+    BOOST_TEST((r.state_of("s") == SessionState::ended));
+    Decision d = decide(r, config, t0 + 2min);
+    BOOST_TEST((reaped(d) == std::vector<std::string>{"late"}));
+    BOOST_TEST((d.reap[0].reason == ReapReason::session_ended));
+    BOOST_TEST(d.end.empty());  // not "unclaimed": it has ended already
+    BOOST_TEST(d.forget.empty());
+    r.erase_container("late");
+    BOOST_TEST(decide(r, config, t0 + 2min).forget.empty());  // the record goes with its tombstone
+    d = decide(r, config, t0 + 1h);
+    BOOST_TEST((d.forget == std::vector<std::string>{"s"}));
+    r.forget_session("s");
+    BOOST_TEST(!r.known("s"));
+}
+
 BOOST_AUTO_TEST_CASE(networks_and_volumes_go_once_their_ended_sessions_containers_are_gone) {
     Config config;
     struct Row {
@@ -270,10 +361,10 @@ BOOST_AUTO_TEST_CASE(networks_and_volumes_go_once_their_ended_sessions_container
         reaper::Labels labels;
         bool removed;
     } rows[] = {
-        {"ended, no container", [](Registry& r) { r.end_session("s", "end", t0); }, owned("s"), true},
-        {"unlabeled, whatever ends", [](Registry& r) { r.end_session("s", "end", t0); },
+        {"ended, no container", [](Registry& r) { r.end_session("s", EndReason::end, t0); }, owned("s"), true},
+        {"unlabeled, whatever ends", [](Registry& r) { r.end_session("s", EndReason::end, t0); },
          {{"com.docker.compose.project", "s"}}, false},
-        {"a key not in sessions.labels", [](Registry& r) { r.end_session("s", "end", t0); },
+        {"a key not in sessions.labels", [](Registry& r) { r.end_session("s", EndReason::end, t0); },
          {{"org.testcontainers.sessionId", "s"}}, false},
         {"leased", [](Registry& r) { r.lease_opened("s", 1, t0); }, owned("s"), false},
         {"in lease grace",
@@ -285,30 +376,30 @@ BOOST_AUTO_TEST_CASE(networks_and_volumes_go_once_their_ended_sessions_container
         {"never leased (unclaimed)", [](Registry&) {}, owned("s"), false},
         {"ended, a container of it still known",
          [](Registry& r) {
-             r.end_session("s", "end", t0);
+             r.end_session("s", EndReason::end, t0);
              r.upsert_container(info("c", owned("s")), SessionsConfig{}, t0);
          },
          owned("s"), false},
         {"ended, a reap of it still pending",
          [](Registry& r) {
-             r.end_session("s", "end", t0);
-             r.add_pending("gone-from-list", "", "s", "orphan", t0);
+             r.end_session("s", EndReason::end, t0);
+             r.add_pending("gone-from-list", "", "s", ReapReason::orphan, t0);
          },
          owned("s"), false},
         {"ended, only another session's container left",
          [](Registry& r) {
-             r.end_session("s", "end", t0);
+             r.end_session("s", EndReason::end, t0);
              r.upsert_container(info("c", owned("t")), SessionsConfig{}, t0);
              r.lease_opened("t", 1, t0);
          },
          owned("s"), true},
         {"ended and leased again (revived)",
          [](Registry& r) {
-             r.end_session("s", "end", t0);
+             r.end_session("s", EndReason::end, t0);
              r.lease_opened("s", 1, t0);
          },
          owned("s"), false},
-        {"another session ended", [](Registry& r) { r.end_session("t", "end", t0); }, owned("s"), false},
+        {"another session ended", [](Registry& r) { r.end_session("t", EndReason::end, t0); }, owned("s"), false},
     };
     for (const auto& row : rows) {
         BOOST_TEST_CONTEXT(row.name) {
@@ -337,9 +428,9 @@ BOOST_AUTO_TEST_CASE(containers_first_then_their_networks_and_volumes) {
     BOOST_TEST(d.end.size() == 1u);
     BOOST_TEST((reaped(d) == std::vector<std::string>{"c1", "c2"}));
     BOOST_TEST(d.remove.empty());
-    r.end_session("s", "lease_expired", t0 + 10s);
-    r.add_pending("c1", "n-c1", "s", "session_ended", t0 + 10s);
-    r.add_pending("c2", "n-c2", "s", "session_ended", t0 + 10s);
+    r.end_session("s", EndReason::lease_expired, t0 + 10s);
+    r.add_pending("c1", "n-c1", "s", ReapReason::session_ended, t0 + 10s);
+    r.add_pending("c2", "n-c2", "s", ReapReason::session_ended, t0 + 10s);
     r.erase_container("c1");  // reaped; c2 is still being removed
     r.containers.erase("c2");
     BOOST_TEST(decide(r, config, t0 + 11s).remove.empty());
@@ -377,7 +468,7 @@ BOOST_AUTO_TEST_CASE(unclaimed_sessions_with_only_objects_follow_unclaimed_grace
 BOOST_AUTO_TEST_CASE(pending_removals_are_attempted_when_due_never_twice_never_in_dry_run) {
     Config config;
     Registry r;
-    r.end_session("s", "end", t0);
+    r.end_session("s", EndReason::end, t0);
     r.upsert_object(net_a, "net-a", owned("s"), config.sessions, t0);
     r.upsert_object(net_b, "net-b", owned("s"), config.sessions, t0);
     BOOST_TEST(r.add_pending_object(net_a, "net-a", "s", t0));
@@ -405,7 +496,7 @@ BOOST_AUTO_TEST_CASE(pending_removals_are_attempted_when_due_never_twice_never_i
 BOOST_AUTO_TEST_CASE(a_reload_of_the_label_keys_rederives_objects_too) {
     Config config;
     Registry r;
-    r.end_session("s", "end", t0);
+    r.end_session("s", EndReason::end, t0);
     r.upsert_object(vol_a, "vol-a", {{"org.testcontainers.sessionId", "s"}}, config.sessions, t0);
     r.upsert_object(vol_b, "vol-b", owned("s"), config.sessions, t0);
     BOOST_TEST((removed(decide(r, config, t0)) == std::vector<ObjectRef>{vol_b}));
@@ -419,7 +510,7 @@ BOOST_AUTO_TEST_CASE(each_removal_tells_the_door_its_session_and_its_liveness) {
     r.lease_opened("leased", 1, t0);
     r.lease_opened("grace", 2, t0);
     r.lease_closed("grace", 2, 10s, t0);
-    r.end_session("ended", "end", t0);
+    r.end_session("ended", EndReason::end, t0);
     struct Row {
         std::string session;
         bool alive;

@@ -20,7 +20,7 @@ namespace reaperd {
 struct ReapJob {
     std::string container;  // the full id (unset when `object` is set)
     Expectation expect;     // what the loop knows: the session, and whether it is alive
-    std::string reason;     // "session_ended", "max_age", "orphan"
+    ReapReason reason = ReapReason::session_ended;
     std::optional<ObjectRef> object;  // set: remove this network or volume, not a container
 };
 

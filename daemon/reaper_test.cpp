@@ -18,7 +18,7 @@ const reaper::Labels owned{{"reaperd.session", "s"}};
 LogSink quiet() {
     return [](Priority, std::string_view, std::string_view, std::vector<LogField>) {};
 }
-ReapJob job(const std::string& container, const std::string& reason,
+ReapJob job(const std::string& container, ReapReason reason,
             const std::string& session = "", bool alive = false) {
     ReapJob j;
     j.container = container;
@@ -39,11 +39,11 @@ BOOST_AUTO_TEST_CASE(an_attempt_passes_what_the_loop_knows_to_the_door) {
     engine.add("other", {{"reaperd.session", "t"}});
     engine.add("alive", {{"reaperd.session", "s"}});
     const std::pair<ReapJob, Outcome> rows[] = {
-        {job("theirs", "orphan"), Outcome::refused_not_owned},
-        {job("other", "orphan", "s"), Outcome::refused_other_session},
-        {job("alive", "session_ended", "s", true), Outcome::refused_session_alive},
-        {job("missing", "orphan"), Outcome::gone},
-        {job("mine", "session_ended", "s"), Outcome::acted},
+        {job("theirs", ReapReason::orphan), Outcome::refused_not_owned},
+        {job("other", ReapReason::orphan, "s"), Outcome::refused_other_session},
+        {job("alive", ReapReason::session_ended, "s", true), Outcome::refused_session_alive},
+        {job("missing", ReapReason::orphan), Outcome::gone},
+        {job("mine", ReapReason::session_ended, "s"), Outcome::acted},
     };
     for (const auto& [j, expected] : rows) {
         ReapResult r = reap_once(guard, j);
@@ -58,7 +58,7 @@ BOOST_AUTO_TEST_CASE(a_container_already_being_removed_is_waited_for) {
     FakeEngine engine;
     Guard guard(engine, {}, quiet());
     engine.add("c", owned, "removing");
-    BOOST_TEST(to_string(reap_once(guard, job("c", "orphan")).result.outcome) == std::string("removing"));
+    BOOST_TEST(to_string(reap_once(guard, job("c", ReapReason::orphan)).result.outcome) == std::string("removing"));
     BOOST_TEST(engine.destructive_calls().empty());
 }
 
@@ -78,9 +78,9 @@ BOOST_AUTO_TEST_CASE(pool_runs_jobs_concurrently_and_reports_each) {
             std::string id = "c" + std::to_string(i);
             engine.add(id, owned);
             if (i % 5 == 0) engine.fail("remove", id, {test::server_error()});
-            pool.submit(job(id, "session_ended", "s"));
+            pool.submit(job(id, ReapReason::session_ended, "s"));
         }
-        pool.submit(job("missing", "orphan"));
+        pool.submit(job("missing", ReapReason::orphan));
         std::unique_lock lock(mutex);
         BOOST_TEST(done.wait_for(lock, std::chrono::seconds{30}, [&] { return results.size() == 21; }));
     }
@@ -97,7 +97,7 @@ BOOST_AUTO_TEST_CASE(drain_returns_queued_jobs_and_stop_is_idempotent) {
     Guard guard(engine, {}, quiet());
     ReaperPool pool(guard, 1, [](ReapResult) {});
     pool.stop();
-    pool.submit(job("x", "orphan"));
+    pool.submit(job("x", ReapReason::orphan));
     BOOST_TEST(pool.drain_queue().empty());
     pool.stop();
 }
@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(a_network_or_volume_job_removes_that_object_only) {
     engine.add_volume("vol", owned);
     engine.add("c", owned);
     auto object_job = [](ObjectKind kind, const std::string& id, bool alive = false) {
-        ReapJob j = job("", "session_ended", "s", alive);
+        ReapJob j = job("", ReapReason::session_ended, "s", alive);
         j.object = ObjectRef{kind, id};
         return j;
     };

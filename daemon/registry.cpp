@@ -1,5 +1,6 @@
 #include "registry.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 
@@ -15,8 +16,7 @@ const char* to_string(SessionState state) {
     return "unclaimed";
 }
 
-SessionState Session::state() const {
-    if (ended_at) return SessionState::ended;
+SessionState Session::record_state() const {
     if (!leases.empty()) return SessionState::leased;
     if (grace_deadline) return SessionState::grace;
     return SessionState::unclaimed;
@@ -115,17 +115,58 @@ Session& Registry::session(const std::string& id, TimePoint now) {
     return it->second;
 }
 
+void Registry::add_tombstone(const std::string& id, TimePoint ended_at, std::optional<EndReason> reason) {
+    erase_tombstone(id);
+    auto it = tombstones_.emplace(id, Tombstone{ended_at, reason}).first;
+    by_age_.emplace(ended_at, &it->first);
+}
+
+bool Registry::erase_tombstone(const std::string& id) {
+    auto it = tombstones_.find(id);
+    if (it == tombstones_.end()) return false;
+    by_age_.erase({it->second.ended_at, &it->first});
+    tombstones_.erase(it);
+    return true;
+}
+
+const Tombstone* Registry::tombstone(const std::string& id) const {
+    auto it = tombstones_.find(id);
+    return it == tombstones_.end() ? nullptr : &it->second;
+}
+
+bool Registry::known(const std::string& id) const {
+    return sessions.count(id) > 0 || tombstones_.count(id) > 0;
+}
+
+SessionState Registry::state_of(const std::string& id) const {
+    if (tombstones_.count(id)) return SessionState::ended;
+    auto it = sessions.find(id);
+    return it == sessions.end() ? SessionState::unclaimed : it->second.record_state();
+}
+
+std::uint64_t Registry::leases_opened(const std::string& id) const {
+    std::uint64_t n = 0;
+    if (auto it = sessions.find(id); it != sessions.end()) n = it->second.leases_opened;
+    if (const Tombstone* t = tombstone(id)) n = std::max(n, t->leases_opened);
+    return n;
+}
+
+std::size_t Registry::session_count() const {
+    std::size_t both = 0;  // ended sessions with a record too: few (leases or proxies held)
+    for (const auto& [id, s] : sessions) both += tombstones_.count(id);
+    return sessions.size() + tombstones_.size() - both;
+}
+
 void Registry::lease_opened(const std::string& id, std::uint64_t connection, TimePoint now) {
     Session& s = session(id, now);
+    s.leases_opened = leases_opened(id) + 1;  // counted on from its tombstone's, if revived
     s.leases.insert(connection);
     s.ever_leased = true;
-    ++s.leases_opened;
     s.grace_deadline.reset();
     // Leasing an ended session id again revives it: its owner is back. Reaps already
     // queued for it are refused by the door while it is alive (policy.hpp expectation_for)
     // and queued again when it ends again.
-    s.ended_at.reset();
-    s.end_reason.clear();
+    erase_tombstone(id);
     changed_sessions.insert(id);
 }
 
@@ -135,34 +176,35 @@ void Registry::lease_closed(const std::string& id, std::uint64_t connection, Dur
     if (it == sessions.end()) return;
     Session& s = it->second;
     if (s.leases.erase(connection) == 0) return;
-    if (s.leases.empty() && !s.ended_at) s.grace_deadline = now + lease_grace;
+    const bool ended = tombstones_.count(id) > 0;
+    if (s.leases.empty() && !ended) s.grace_deadline = now + lease_grace;
+    // An ended session that held a lease keeps its record only while it holds something.
+    if (ended && s.leases.empty() && s.proxies.empty()) sessions.erase(it);
     changed_sessions.insert(id);
 }
 
-bool Registry::end_session(const std::string& id, const std::string& reason, TimePoint now) {
-    Session& s = session(id, now);
-    if (s.ended_at) return false;
-    s.ended_at = now;
-    s.end_reason = reason;
-    s.grace_deadline.reset();
+bool Registry::end_session(const std::string& id, EndReason reason, TimePoint now) {
+    if (tombstones_.count(id)) return false;
+    add_tombstone(id, now, reason);
+    if (auto it = sessions.find(id); it != sessions.end()) {
+        tombstones_.at(id).leases_opened = it->second.leases_opened;
+        it->second.grace_deadline.reset();
+        if (it->second.leases.empty() && it->second.proxies.empty()) sessions.erase(it);
+    }
     changed_sessions.insert(id);
     return true;
 }
 
 bool Registry::forget_session(const std::string& id) {
+    const bool tombstone = erase_tombstone(id);
     auto it = sessions.find(id);
-    if (it == sessions.end()) return false;
-    const bool tombstone = it->second.ended_at.has_value();
-    if (it->second.leases.empty())
-        sessions.erase(it);
-    else
-        it->second.ended_at.reset();
+    if (it != sessions.end() && it->second.leases.empty()) sessions.erase(it);
     if (tombstone) changed_sessions.insert(id);
     return tombstone;
 }
 
 bool Registry::add_pending(const std::string& container, const std::string& name,
-                           const std::string& session_id, const std::string& reason,
+                           const std::string& session_id, ReapReason reason,
                            TimePoint now) {
     if (pending.count(container)) return false;
     PendingReap reap;
@@ -213,8 +255,11 @@ std::size_t Registry::pending_objects_of(ObjectKind kind) const {
 
 PersistedState Registry::persisted() const {
     PersistedState state;
+    state.sessions.reserve(tombstones_.size() + sessions.size());
     for (const auto& [id, s] : sessions)
-        if (auto p = persisted_session(s)) state.sessions.push_back(std::move(*p));
+        if (!tombstones_.count(id))
+            if (auto p = persisted_session(id)) state.sessions.push_back(std::move(*p));
+    for (const auto& [id, t] : tombstones_) state.sessions.push_back({id, false, std::nullopt, t.ended_at, t.reason});
     for (const auto& [id, reap] : pending) {
         PendingReap p = reap;
         p.in_flight = false;
@@ -223,24 +268,27 @@ PersistedState Registry::persisted() const {
     return state;
 }
 
-std::optional<PersistedSession> Registry::persisted_session(const Session& s) {
+std::optional<PersistedSession> Registry::persisted_session(const std::string& id) const {
+    if (const Tombstone* t = tombstone(id)) return PersistedSession{id, false, std::nullopt, t->ended_at, t->reason};
+    auto it = sessions.find(id);
+    if (it == sessions.end()) return std::nullopt;
+    const Session& s = it->second;
     PersistedSession p;
-    p.id = s.id;
-    p.held_lease = !s.leases.empty() && !s.ended_at;
-    p.grace_deadline = s.ended_at ? std::nullopt : s.grace_deadline;
-    p.ended_at = s.ended_at;
-    p.end_reason = s.end_reason;
-    if (p.held_lease || p.grace_deadline || p.ended_at) return p;
+    p.id = id;
+    p.held_lease = !s.leases.empty();
+    p.grace_deadline = s.grace_deadline;
+    if (p.held_lease || p.grace_deadline) return p;
     return std::nullopt;
 }
 
 void Registry::restore(const PersistedState& state, Duration lease_grace, TimePoint now) {
     for (const auto& p : state.sessions) {
-        Session& s = session(p.id, now);
         if (p.ended_at) {
-            s.ended_at = p.ended_at;
-            s.end_reason = p.end_reason;
-        } else if (p.held_lease) {
+            add_tombstone(p.id, *p.ended_at, p.end_reason);
+            continue;
+        }
+        Session& s = session(p.id, now);
+        if (p.held_lease) {
             s.ever_leased = true;
             s.grace_deadline = now + lease_grace;
         } else if (p.grace_deadline) {
@@ -255,46 +303,6 @@ void Registry::restore(const PersistedState& state, Duration lease_grace, TimePo
         reap.due = now;
         pending[reap.container] = std::move(reap);
     }
-}
-
-std::optional<TimePoint> parse_rfc3339(const std::string& text) {
-    int year, month, day, hour, minute, second, consumed = 0;
-    if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &year, &month, &day, &hour, &minute,
-                    &second, &consumed) != 6)
-        return std::nullopt;
-    std::tm tm{};
-    tm.tm_year = year - 1900;
-    tm.tm_mon = month - 1;
-    tm.tm_mday = day;
-    tm.tm_hour = hour;
-    tm.tm_min = minute;
-    tm.tm_sec = second;
-    time_t seconds = timegm(&tm);
-    std::size_t pos = static_cast<std::size_t>(consumed);
-    std::int64_t nanos = 0;
-    if (pos < text.size() && text[pos] == '.') {
-        std::int64_t scale = 100000000;
-        for (++pos; pos < text.size() && text[pos] >= '0' && text[pos] <= '9'; ++pos) {
-            nanos += (text[pos] - '0') * scale;
-            scale /= 10;
-        }
-    }
-    if (pos >= text.size()) return std::nullopt;
-    if (text[pos] == '+' || text[pos] == '-') {
-        int oh = 0, om = 0;
-        if (std::sscanf(text.c_str() + pos + 1, "%2d:%2d", &oh, &om) != 2) return std::nullopt;
-        long offset = (oh * 3600L + om * 60L) * (text[pos] == '+' ? 1 : -1);
-        seconds -= offset;
-    } else if (text[pos] != 'Z' && text[pos] != 'z') {
-        return std::nullopt;
-    }
-    // The clock counts nanoseconds in 64 bits (years 1678 to 2262); the engine's zero time
-    // (0001-01-01T00:00:00Z) and the like are outside it, so they are not times we can use.
-    constexpr auto clock_seconds =
-        std::chrono::duration_cast<std::chrono::seconds>(Clock::duration::max()).count() - 1;
-    if (seconds > clock_seconds || seconds < -clock_seconds) return std::nullopt;
-    return TimePoint{std::chrono::duration_cast<Clock::duration>(std::chrono::seconds{seconds} +
-                                                                 std::chrono::nanoseconds{nanos})};
 }
 
 std::string format_rfc3339(TimePoint t) {

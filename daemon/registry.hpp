@@ -9,6 +9,7 @@
 
 #include <reaper/control.hpp>
 #include <reaper/engine.hpp>
+#include <reaper/units.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -45,6 +46,9 @@ struct KnownObject {
 enum class SessionState { leased, grace, ended, unclaimed };
 const char* to_string(SessionState state);
 
+// The record of a session that is not ended, or of an ended one while it still holds
+// something (open leases, proxy reports); whether it ended is its tombstone's to say
+// (Registry::state_of).
 struct Session {
     std::string id;
     std::set<std::uint64_t> leases;           // open control connections naming it
@@ -53,23 +57,33 @@ struct Session {
     // count, taken before the loop hears of a lease (guard.hpp, Expectation::leases_opened).
     std::uint64_t leases_opened = 0;
     std::optional<TimePoint> grace_deadline;  // set while its last lease is closed
-    std::optional<TimePoint> ended_at;        // set for a tombstone
-    std::string end_reason;                   // "end", "lease_expired", "unclaimed"
     TimePoint first_seen;
     // Labelling proxies that held leases on it (`reaperctl run --own`) and what each labelled,
     // by ProxyReport::client (control_server.hpp): totals, kept after their leases close.
     // Memory only: after a restart they come back as the proxies lease again.
     std::map<std::int64_t, reaper::control::LabelledCounts> proxies;
 
-    SessionState state() const;
+    // Its state as the record says: leased, grace or unclaimed (never ended).
+    SessionState record_state() const;
     reaper::control::LabelledCounts labelled() const;  // summed over its proxies
+};
+
+// An ended session: all that is kept of one that holds nothing, so that the
+// sessions.max_tombstones any socket user can fill cost little: with 126,808 of them reaperd
+// held 34.8 MB (~185 bytes each; bench/tombstone_bench), against 154 MB as Session records.
+struct Tombstone {
+    TimePoint ended_at;
+    std::optional<EndReason> reason;  // none only from a state file that lacks it
+    // Session::leases_opened when its record went, for the door (guard.hpp); memory only, as
+    // the door's own count is.
+    std::uint64_t leases_opened = 0;
 };
 
 struct PendingReap {
     std::string container;
     std::string name;
     std::string session;
-    std::string reason;  // "session_ended", "max_age", "orphan"
+    ReapReason reason = ReapReason::session_ended;
     unsigned failures = 0;  // failed attempts so far (an in-progress removal is not one)
     TimePoint next_attempt;
     bool in_flight = false;
@@ -97,7 +111,7 @@ struct PersistedSession {
     bool held_lease = false;                  // leased when saved: gets a fresh lease_grace
     std::optional<TimePoint> grace_deadline;  // in grace when saved: kept as is
     std::optional<TimePoint> ended_at;        // a tombstone
-    std::string end_reason;
+    std::optional<EndReason> end_reason;
 };
 struct PersistedState {
     std::vector<PersistedSession> sessions;
@@ -108,7 +122,16 @@ struct PersistedState {
 
 class Registry {
 public:
+    Registry() = default;
+    // Moves only: the tombstone order points into the tombstone map's nodes.
+    Registry(Registry&&) = default;
+    Registry& operator=(Registry&&) = default;
+    Registry(const Registry&) = delete;
+    Registry& operator=(const Registry&) = delete;
+
     std::map<std::string, KnownContainer> containers;  // every container, by id
+    // Session records (see Session): every known session that is not ended, and the ended
+    // ones that still hold leases or proxy reports. The other ended ones are tombstones only.
     std::map<std::string, Session> sessions;
     std::map<std::string, PendingReap> pending;        // by container id
     std::set<std::string> would_reap_logged;           // dry run: logged once each
@@ -142,19 +165,42 @@ public:
 
     Session& session(const std::string& id, TimePoint now);  // found or created
 
+    // Ended sessions, by id, and the same ordered by (ended_at, id), oldest first: expiry and
+    // eviction take from its front, so a decision costs O(live sessions + containers), not
+    // O(tombstones). Changed only by the methods below.
+    // Entries point at the keys of tombstones() (stable: map nodes do not move).
+    using AgedTombstone = std::pair<TimePoint, const std::string*>;
+    struct Older {
+        bool operator()(const AgedTombstone& a, const AgedTombstone& b) const {
+            return a.first != b.first ? a.first < b.first : *a.second < *b.second;
+        }
+    };
+    using TombstoneOrder = std::set<AgedTombstone, Older>;
+    const std::map<std::string, Tombstone>& tombstones() const noexcept { return tombstones_; }
+    const TombstoneOrder& tombstones_by_age() const noexcept { return by_age_; }
+    const Tombstone* tombstone(const std::string& id) const;  // nullptr unless ended
+    // Whether the session is known at all (a record or a tombstone), and its state: ended if
+    // it has a tombstone, else its record's; unclaimed when unknown.
+    bool known(const std::string& id) const;
+    SessionState state_of(const std::string& id) const;
+    std::size_t session_count() const;  // known sessions, each once
+    // Leases opened on it as this loop has seen them (Session::leases_opened), its record's or,
+    // once that went, its tombstone's; 0 when unknown.
+    std::uint64_t leases_opened(const std::string& id) const;
+
     void lease_opened(const std::string& session, std::uint64_t connection, TimePoint now);
     void lease_closed(const std::string& session, std::uint64_t connection, Duration lease_grace,
                       TimePoint now);
     // Ends a session now (a tombstone): its containers, present and future, get reaped.
     // Returns false if it had already ended.
-    bool end_session(const std::string& session, const std::string& reason, TimePoint now);
-    // Drops a session record (an expired or evicted tombstone, an idle record); one still
-    // leased only loses its tombstone. Returns true if it was a tombstone (a persisted change).
+    bool end_session(const std::string& session, EndReason reason, TimePoint now);
+    // Drops a session (an expired or evicted tombstone, an idle record); one still leased
+    // only loses its tombstone. Returns true if it was a tombstone (a persisted change).
     bool forget_session(const std::string& session);
 
     // Queues a reap unless one is pending. Returns true if it was new.
     bool add_pending(const std::string& container, const std::string& name,
-                     const std::string& session, const std::string& reason, TimePoint now);
+                     const std::string& session, ReapReason reason, TimePoint now);
 
     std::size_t tracked_count() const;  // session-owned containers
     std::size_t containers_of(const std::string& session) const;
@@ -165,14 +211,22 @@ public:
 
     PersistedState persisted() const;
     // One session's part of persisted(); nullopt when nothing of it is persisted.
-    static std::optional<PersistedSession> persisted_session(const Session& session);
+    std::optional<PersistedSession> persisted_session(const std::string& id) const;
     // Merges state loaded at start-up: sessions that held a lease get a fresh `lease_grace`;
     // grace deadlines and tombstones are kept; pending reaps are due now.
     void restore(const PersistedState& state, Duration lease_grace, TimePoint now);
+
+private:
+    void add_tombstone(const std::string& id, TimePoint ended_at, std::optional<EndReason> reason);
+    // Drops `id`'s tombstone; returns false if it had none.
+    bool erase_tombstone(const std::string& id);
+
+    std::map<std::string, Tombstone> tombstones_;
+    TombstoneOrder by_age_;
 };
 
-// Parses RFC 3339 ("2026-11-30T13:26:20.123456789Z", offsets too); nullopt if it does not.
-std::optional<TimePoint> parse_rfc3339(const std::string& text);
+// Parses RFC 3339 ("2026-11-30T13:26:20.123456789Z", offsets too): reaper/units.hpp.
+using reaper::parse_rfc3339;
 std::string format_rfc3339(TimePoint t);
 
 }  // namespace reaperd

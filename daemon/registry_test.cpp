@@ -80,26 +80,60 @@ BOOST_AUTO_TEST_CASE(rederive_follows_a_change_of_label_keys) {
 BOOST_AUTO_TEST_CASE(session_states_follow_leases_grace_and_end) {
     Registry r;
     r.session("s", t0);
-    BOOST_TEST(r.sessions.at("s").state() == SessionState::unclaimed);
+    BOOST_TEST((r.state_of("s") == SessionState::unclaimed));
     r.lease_opened("s", 1, t0);
     r.lease_opened("s", 2, t0);
-    BOOST_TEST(r.sessions.at("s").state() == SessionState::leased);
+    BOOST_TEST((r.state_of("s") == SessionState::leased));
     r.lease_closed("s", 1, 10s, t0);
-    BOOST_TEST(r.sessions.at("s").state() == SessionState::leased);
+    BOOST_TEST((r.state_of("s") == SessionState::leased));
     r.lease_closed("s", 2, 10s, t0 + 1s);
-    BOOST_TEST(r.sessions.at("s").state() == SessionState::grace);
+    BOOST_TEST((r.state_of("s") == SessionState::grace));
     BOOST_TEST((*r.sessions.at("s").grace_deadline == t0 + 11s));
     r.lease_closed("s", 2, 10s, t0 + 5s);  // unknown connection: no change
     BOOST_TEST((*r.sessions.at("s").grace_deadline == t0 + 11s));
     r.lease_opened("s", 3, t0 + 2s);
-    BOOST_TEST(r.sessions.at("s").state() == SessionState::leased);
-    BOOST_TEST(r.end_session("s", "end", t0 + 3s));
-    BOOST_TEST(!r.end_session("s", "end", t0 + 4s));
-    BOOST_TEST(r.sessions.at("s").state() == SessionState::ended);
+    BOOST_TEST((r.state_of("s") == SessionState::leased));
+    BOOST_TEST(r.end_session("s", EndReason::end, t0 + 3s));
+    BOOST_TEST(!r.end_session("s", EndReason::end, t0 + 4s));
+    BOOST_TEST((r.state_of("s") == SessionState::ended));
     r.lease_closed("s", 3, 10s, t0 + 5s);
-    BOOST_TEST(r.sessions.at("s").state() == SessionState::ended);
+    BOOST_TEST((r.state_of("s") == SessionState::ended));
     r.lease_opened("s", 4, t0 + 6s);
-    BOOST_TEST(r.sessions.at("s").state() == SessionState::leased);
+    BOOST_TEST((r.state_of("s") == SessionState::leased));
+}
+
+// An ended session that holds nothing is a tombstone only (no Session record: 100,000 may be
+// held); one ended while leased keeps its record until its last lease closes.
+BOOST_AUTO_TEST_CASE(tombstones_keep_no_record_unless_something_is_held) {
+    Registry r;
+    BOOST_TEST(r.end_session("idle", EndReason::end, t0));
+    BOOST_TEST(r.sessions.count("idle") == 0u);
+    BOOST_TEST(r.known("idle"));
+    BOOST_TEST((r.state_of("idle") == SessionState::ended));
+
+    r.lease_opened("held", 1, t0);
+    BOOST_TEST(r.end_session("held", EndReason::end, t0 + 1s));
+    BOOST_TEST(r.sessions.at("held").leases.size() == 1u);
+    BOOST_TEST((r.state_of("held") == SessionState::ended));
+    BOOST_TEST(r.session_count() == 2u);
+    r.lease_closed("held", 1, 10s, t0 + 2s);
+    BOOST_TEST(r.sessions.count("held") == 0u);  // nothing held: the tombstone alone
+    BOOST_TEST((r.state_of("held") == SessionState::ended));
+
+    // The age order follows every change: oldest first, revived and forgotten ones gone.
+    r.end_session("older", EndReason::lease_expired, t0 - 1s);
+    std::vector<std::string> order;
+    for (const auto& [at, id] : r.tombstones_by_age()) order.push_back(*id);
+    BOOST_TEST((order == std::vector<std::string>{"older", "idle", "held"}));
+    r.lease_opened("idle", 2, t0 + 3s);
+    r.forget_session("older");
+    order.clear();
+    for (const auto& [at, id] : r.tombstones_by_age()) order.push_back(*id);
+    BOOST_TEST((order == std::vector<std::string>{"held"}));
+    BOOST_TEST(r.tombstones().size() == 1u);
+    BOOST_TEST((r.state_of("idle") == SessionState::leased));
+    Registry moved = std::move(r);  // the order points into the map: it moves with it
+    BOOST_TEST(*moved.tombstones_by_age().begin()->second == "held");
 }
 
 BOOST_AUTO_TEST_CASE(persisted_then_restored_gives_leased_sessions_a_fresh_grace) {
@@ -107,9 +141,9 @@ BOOST_AUTO_TEST_CASE(persisted_then_restored_gives_leased_sessions_a_fresh_grace
     r.lease_opened("leased", 1, t0);
     r.lease_opened("grace", 2, t0);
     r.lease_closed("grace", 2, 10s, t0);
-    r.end_session("ended", "end", t0);
+    r.end_session("ended", EndReason::end, t0);
     r.session("unclaimed", t0);
-    r.add_pending("c1", "name1", "ended", "session_ended", t0);
+    r.add_pending("c1", "name1", "ended", ReapReason::session_ended, t0);
     r.pending.at("c1").failures = 3;
     r.pending.at("c1").in_flight = true;
     PersistedState p = r.persisted();
@@ -120,12 +154,15 @@ BOOST_AUTO_TEST_CASE(persisted_then_restored_gives_leased_sessions_a_fresh_grace
     Registry back;
     TimePoint later = t0 + 1h;
     back.restore(p, 10s, later);
-    BOOST_TEST(back.sessions.at("leased").state() == SessionState::grace);
+    BOOST_TEST((back.state_of("leased") == SessionState::grace));
     BOOST_TEST((*back.sessions.at("leased").grace_deadline == later + 10s));
     BOOST_TEST((*back.sessions.at("grace").grace_deadline == t0 + 10s));
-    BOOST_TEST(back.sessions.at("ended").state() == SessionState::ended);
-    BOOST_TEST((*back.sessions.at("ended").ended_at == t0));
-    BOOST_TEST(back.sessions.count("unclaimed") == 0u);
+    BOOST_TEST((back.state_of("ended") == SessionState::ended));
+    BOOST_REQUIRE(back.tombstone("ended"));
+    BOOST_TEST((back.tombstone("ended")->ended_at == t0));
+    BOOST_TEST((back.tombstone("ended")->reason == EndReason::end));
+    BOOST_TEST(back.sessions.count("ended") == 0u);  // a tombstone only
+    BOOST_TEST(!back.known("unclaimed"));
     BOOST_TEST(back.pending.at("c1").failures == 3u);
     BOOST_TEST((back.pending.at("c1").next_attempt == later));
 }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "registry.hpp"
+#include "unique_fd.hpp"
 
 #include <cstdint>
 #include <map>
@@ -82,7 +83,7 @@ private:
     std::string dir_;
     std::string path_;
     std::string journal_path_;
-    int journal_fd_ = -1;          // open for appends after this store's last snapshot
+    reaper::detail::UniqueFd journal_fd_;  // open for appends after this store's last snapshot
     bool needs_snapshot_ = true;   // no snapshot written yet, or an append failed
     std::map<std::string, PendingReap> saved_pending_;  // as the disk has them, by container
     Stats stats_;

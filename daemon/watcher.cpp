@@ -1,6 +1,7 @@
 #include "watcher.hpp"
 
 #include "policy.hpp"
+#include "registry.hpp"  // format_rfc3339
 
 #include <random>
 
@@ -14,12 +15,51 @@ bool is_removal(const std::string& action) { return action == "destroy" || actio
 
 }  // namespace
 
+bool Watcher::is_engine_attribute(const std::string& key) {
+    return key == "name" || key == "image" || key == "containerExitCode" || key == "podId";
+}
+
+std::optional<reaper::ContainerInfo> Watcher::from_event(const reaper::Event& event) {
+    auto name = event.attributes.find("name");
+    if (name == event.attributes.end()) return std::nullopt;
+    reaper::ContainerInfo info;
+    info.id = event.id;
+    info.name = name->second;
+    if (auto image = event.attributes.find("image"); image != event.attributes.end())
+        info.image = image->second;
+    for (const auto& [key, value] : event.attributes)
+        if (!is_engine_attribute(key)) info.labels.emplace(key, value);
+    // The event's own time: a create event is stamped when the engine made the container.
+    if (event.time_nano > 0)
+        info.created = format_rfc3339(TimePoint{std::chrono::duration_cast<TimePoint::duration>(
+            std::chrono::nanoseconds{event.time_nano})});
+    info.state.status = event.action == "start" ? "running" : "created";
+    info.state.running = event.action == "start";
+    return info;
+}
+
+reaper::ContainerInfo Watcher::from_summary(const reaper::ContainerSummary& summary) {
+    reaper::ContainerInfo info;
+    info.id = summary.id;
+    if (!summary.names.empty()) info.name = summary.names.front();
+    info.image = summary.image;
+    info.labels = summary.labels;
+    if (summary.created_unix_s > 0)
+        info.created = format_rfc3339(TimePoint{std::chrono::seconds{summary.created_unix_s}});
+    info.state.status = summary.state;
+    info.state.running = summary.state == "running";
+    return info;
+}
+
 Watcher::Watcher(reaper::Engine& engine, WatcherOptions options, Sink sink)
     : engine_(engine), sink_(std::move(sink)), options_(options) {}
 
 Watcher::~Watcher() { stop(); }
 
-void Watcher::start() { thread_ = std::thread([this] { run(); }); }
+void Watcher::start() {
+    thread_ = std::thread([this] { run(); });
+    for (unsigned i = 0; i < lookup_threads; ++i) lookup_threads_.emplace_back([this] { run_lookups(); });
+}
 
 void Watcher::resync() {
     std::lock_guard lock(mutex_);
@@ -37,9 +77,116 @@ void Watcher::stop() {
         std::lock_guard lock(mutex_);
         stopping_ = true;
         if (stream_) stream_->cancel();
+        lookup_queue_.clear();
     }
     wake_.notify_all();
+    lookup_ready_.notify_all();
     if (thread_.joinable()) thread_.join();
+    for (auto& t : lookup_threads_)
+        if (t.joinable()) t.join();
+}
+
+void Watcher::want_log_info(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    auto known = known_.find(id);
+    if (stopping_ || known == known_.end()) return;
+    known->second.wants_log_info = true;
+    queue_lookup_locked(id);
+}
+
+void Watcher::queue_lookup_locked(const std::string& id) {
+    Lookup& lookup = lookups_[id];
+    if (lookup.queued) return;  // the queued one has not asked the engine yet: it will see the newest
+    if (lookup.running) {
+        lookup.again = true;
+        return;
+    }
+    lookup.queued = true;
+    lookup_queue_.push_back(id);
+    lookup_ready_.notify_one();
+}
+
+void Watcher::run_lookups() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+        lookup_ready_.wait(lock, [this] { return stopping_ || !lookup_queue_.empty(); });
+        if (stopping_) return;
+        std::string id = std::move(lookup_queue_.front());
+        lookup_queue_.pop_front();
+        lookups_[id].queued = false;
+        lookups_[id].running = true;
+        lock.unlock();
+        std::optional<reaper::ContainerInfo> info;
+        bool failed = false;
+        try {
+            info = engine_.inspect(id);
+        } catch (const reaper::NotFound&) {
+            // Removed before we looked: its Gone is on its way.
+        } catch (const reaper::EngineError&) {
+            failed = true;
+        }
+        lock.lock();
+        if (auto known = known_.find(id); known != known_.end() && !stopping_) {
+            // Asked again at the next list (the stream breaks too when the engine is away).
+            known->second.lookup_failed = failed;
+            if (info) sink_(watch::Appeared{std::move(*info), docker_root_dir_, true});
+        }
+        Lookup& lookup = lookups_[id];
+        lookup.running = false;
+        if (lookup.again && !stopping_ && known_.count(id)) {
+            lookup.again = false;
+            lookup.queued = true;
+            lookup_queue_.push_back(id);
+            lookup_ready_.notify_one();
+        } else if (!lookup.queued) {
+            lookups_.erase(id);
+        }
+    }
+}
+
+void Watcher::appeared(reaper::ContainerInfo info) {
+    std::lock_guard lock(mutex_);
+    if (!known_.emplace(info.id, Known{}).second) return;
+    sink_(watch::Appeared{std::move(info), docker_root_dir_, false});
+}
+
+void Watcher::gone(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    if (!known_.erase(id)) return;
+    if (auto lookup = lookups_.find(id); lookup != lookups_.end()) {
+        // One running finds the id unknown and sends nothing; one queued is dropped here.
+        lookup->second.again = false;
+        if (lookup->second.queued) {
+            std::erase(lookup_queue_, id);
+            lookup->second.queued = false;
+        }
+        if (!lookup->second.running) lookups_.erase(lookup);
+    }
+    sink_(watch::Gone{id});
+}
+
+void Watcher::container_event(const reaper::Event& event) {
+    if (is_removal(event.action)) return gone(event.id);
+    if (event.action != "create" && event.action != "start") return;
+    bool known;
+    {
+        std::lock_guard lock(mutex_);
+        auto it = known_.find(event.id);
+        known = it != known_.end();
+        // A start sets LogPath: a container whose log info was asked for is looked up again.
+        if (known && event.action == "start" && it->second.wants_log_info) queue_lookup_locked(event.id);
+    }
+    if (known) return;
+    if (auto info = from_event(event)) {
+        appeared(std::move(*info));
+        return;
+    }
+    // An engine whose events carry no attributes: inspect, as the only way to its labels.
+    try {
+        appeared(engine_.inspect(event.id));
+    } catch (const reaper::NotFound&) {
+        // Created and destroyed before we looked: nothing to track.
+    }
 }
 
 bool Watcher::sleep_for(std::chrono::milliseconds delay) {
@@ -92,20 +239,7 @@ void Watcher::run() {
                     object_event(*event);
                     continue;
                 }
-                if (event->type != "container") continue;
-                if (event->action == "create" || event->action == "start") {
-                    // A start is reported again: the engine sets LogPath only then.
-                    if (event->action == "create" && known_.count(event->id)) continue;
-                    try {
-                        auto info = engine_.inspect(event->id);
-                        known_.insert(info.id);
-                        sink_(watch::Appeared{std::move(info), docker_root_dir_});
-                    } catch (const reaper::NotFound&) {
-                        // Created and destroyed before we looked: nothing to track.
-                    }
-                } else if (is_removal(event->action)) {
-                    if (known_.erase(event->id)) sink_(watch::Gone{event->id});
-                }
+                if (event->type == "container") container_event(*event);
             }
             bool asked;
             {
@@ -146,32 +280,37 @@ void Watcher::list_and_reconcile() {
     // The log capper finds local-driver logs under the data root. Asked at every list, as
     // the engine may have restarted with another. An engine that will not say leaves the
     // capper to learn it from a json-file LogPath; one that is gone fails the list below.
+    std::string root;
     try {
-        docker_root_dir_ = engine_.info().docker_root_dir;
+        root = engine_.info().docker_root_dir;
     } catch (const reaper::EngineError&) {
     }
+    {
+        std::lock_guard lock(mutex_);
+        docker_root_dir_ = root;
+    }
+    // Every row is reported from the list itself: the loop is ready at the first Listed, and
+    // log info is fetched after it, on the lookup threads, for the containers it asks about.
     auto summaries = engine_.list_containers(options);
     std::set<std::string> ids;
     for (const auto& summary : summaries) {
         ids.insert(summary.id);
-        if (known_.count(summary.id)) continue;
-        try {
-            auto info = engine_.inspect(summary.id);
-            known_.insert(info.id);
-            sink_(watch::Appeared{std::move(info), docker_root_dir_});
-        } catch (const reaper::NotFound&) {
-            ids.erase(summary.id);
-        }
+        appeared(from_summary(summary));
     }
-    for (auto it = known_.begin(); it != known_.end();) {
-        if (!ids.count(*it)) {
-            sink_(watch::Gone{*it});
-            it = known_.erase(it);
-        } else {
-            ++it;
-        }
+    std::vector<std::string> vanished;
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& [id, known] : known_)
+            if (!ids.count(id)) vanished.push_back(id);
     }
-    sink_(watch::Listed{std::move(ids)});
+    for (const auto& id : vanished) gone(id);
+    {
+        std::lock_guard lock(mutex_);
+        sink_(watch::Listed{std::move(ids)});
+        // Lookups that failed (the engine was away) are asked again now that it answers.
+        for (auto& [id, known] : known_)
+            if (known.lookup_failed) queue_lookup_locked(id);
+    }
     list_objects();
 }
 

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 using namespace reaperd;
 using reaperd::test::FakeEngine;
@@ -259,5 +260,196 @@ BOOST_AUTO_TEST_CASE(a_failed_network_or_volume_list_is_retried_like_the_contain
     BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
     BOOST_TEST(rec.count<watch::EngineDown>() == 1u);
     BOOST_TEST(rec.count<watch::ObjectsListed>() == 2u);  // from the pass that worked only
+    watcher.stop();
+}
+
+namespace {
+// The Appeared events of `id`, in the order sent.
+std::vector<watch::Appeared> appeared_of(Recorder& rec, const std::string& id) {
+    std::lock_guard lock(rec.mutex);
+    std::vector<watch::Appeared> out;
+    for (auto& e : rec.events)
+        if (auto* a = std::get_if<watch::Appeared>(&e); a && a->info.id == id) out.push_back(*a);
+    return out;
+}
+std::size_t log_infos_of(Recorder& rec, const std::string& id) {
+    std::size_t n = 0;
+    for (auto& a : appeared_of(rec, id)) n += a.log_info;
+    return n;
+}
+}  // namespace
+
+// A create event carries the labels, name and image: the container is reported from it, with
+// no inspect, until the loop asks for its log info.
+BOOST_AUTO_TEST_CASE(a_created_container_is_reported_from_its_event_without_an_inspect) {
+    FakeEngine engine;
+    engine.add("listed", {{"reaperd.session", "s"}});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    engine.add("new", {{"reaperd.session", "s"}, {"reaperd.max-age", "1h"}});
+    BOOST_TEST(rec.wait([&] { return rec.appeared("new"); }));
+    BOOST_TEST(engine.calls("inspect") == 0);
+    auto listed = appeared_of(rec, "listed");
+    BOOST_REQUIRE(listed.size() == 1u);
+    BOOST_TEST(!listed[0].log_info);
+    BOOST_TEST(listed[0].info.name == "name-listed");
+    BOOST_TEST(listed[0].info.labels.at("reaperd.session") == "s");
+    auto created = appeared_of(rec, "new");
+    BOOST_REQUIRE(created.size() == 1u);
+    BOOST_TEST(!created[0].log_info);
+    BOOST_TEST(created[0].info.name == "name-new");
+    BOOST_TEST(created[0].info.image == "busybox");
+    BOOST_TEST(created[0].info.created == "2026-01-01T00:00:00.000Z");
+    // The labels are the attributes without the engine's own keys.
+    BOOST_TEST((created[0].info.labels ==
+                reaper::Labels{{"reaperd.session", "s"}, {"reaperd.max-age", "1h"}}));
+    watcher.want_log_info("new");
+    BOOST_TEST(rec.wait([&] { return log_infos_of(rec, "new") == 1; }));
+    BOOST_TEST(engine.calls("inspect") == 1);
+    watcher.stop();
+}
+
+BOOST_AUTO_TEST_CASE(attributes_become_labels_without_the_engines_own_keys) {
+    reaper::Event event{"container", "create", "abc",
+                        {{"name", "web"}, {"image", "nginx"}, {"containerExitCode", "0"},
+                         {"podId", ""}, {"reaperd.session", "s"}, {"team", "x"}},
+                        1767225600123456789};
+    auto info = Watcher::from_event(event);
+    BOOST_REQUIRE(info.has_value());
+    BOOST_TEST(info->id == "abc");
+    BOOST_TEST(info->name == "web");
+    BOOST_TEST(info->image == "nginx");
+    BOOST_TEST((info->labels == reaper::Labels{{"reaperd.session", "s"}, {"team", "x"}}));
+    BOOST_TEST(info->created == "2026-01-01T00:00:00.123Z");
+    BOOST_TEST(info->state.status == "created");
+    // An engine that sends no attributes: nothing to go by (the watcher inspects instead).
+    BOOST_TEST(!Watcher::from_event({"container", "create", "abc", {}, 5}).has_value());
+}
+
+// An engine whose events carry no attributes is still followed: by an inspect.
+BOOST_AUTO_TEST_CASE(an_event_without_attributes_is_inspected) {
+    FakeEngine engine;
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    engine.attributes_in_events = false;
+    engine.add("bare", {{"reaperd.session", "s"}});
+    BOOST_TEST(rec.wait([&] { return rec.appeared("bare"); }));
+    BOOST_TEST(appeared_of(rec, "bare")[0].info.labels.at("reaperd.session") == "s");
+    BOOST_TEST(engine.calls("inspect") == 1);
+    watcher.stop();
+}
+
+// The engine answers a starting container's inspect only once the start is done: a lookup
+// waiting on it must not hold up the next event, nor other containers' lookups.
+BOOST_AUTO_TEST_CASE(a_slow_lookup_delays_neither_the_next_event_nor_other_lookups) {
+    FakeEngine engine;
+    engine.add("slow", {{"reaperd.session", "s"}});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    engine.hold_inspects("slow");
+    watcher.want_log_info("slow");
+    BOOST_TEST(rec.wait([&] { return engine.held_inspects() == 1; }));
+    engine.add("next", {{"reaperd.session", "s"}});
+    BOOST_TEST(rec.wait([&] { return rec.appeared("next"); }));
+    watcher.want_log_info("next");
+    BOOST_TEST(rec.wait([&] { return log_infos_of(rec, "next") == 1; }));
+    BOOST_TEST(log_infos_of(rec, "slow") == 0u);
+    engine.release_inspects();
+    BOOST_TEST(rec.wait([&] { return log_infos_of(rec, "slow") == 1; }));
+    watcher.stop();
+}
+
+// A lookup answered after the container's Gone is not sent: the loop never hears of a
+// container after its Gone.
+BOOST_AUTO_TEST_CASE(a_lookup_that_loses_the_race_with_the_removal_is_dropped) {
+    FakeEngine engine;
+    engine.add("a", {{"reaperd.session", "s"}});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    engine.hold_inspects("a");
+    watcher.want_log_info("a");
+    BOOST_TEST(rec.wait([&] { return engine.held_inspects() == 1; }));  // its answer is in flight
+    engine.drop("a");
+    BOOST_TEST(rec.wait([&] { return rec.gone("a"); }));
+    engine.release_inspects();
+    BOOST_TEST(rec.wait([&] { return engine.held_inspects() == 0; }));
+    watcher.want_log_info("a");  // asked late by the loop: ignored
+    engine.add("b", {});  // an event after both, to be sure they were handled
+    BOOST_TEST(rec.wait([&] { return rec.appeared("b"); }));
+    std::this_thread::sleep_for(50ms);
+    BOOST_TEST(log_infos_of(rec, "a") == 0u);
+    BOOST_TEST(engine.calls("inspect") == 1);
+    watcher.stop();
+}
+
+// A start sets LogPath; its lookup follows the create's and the older answer never comes
+// last, even when the create's lookup is still in flight when the start arrives.
+BOOST_AUTO_TEST_CASE(a_starts_log_info_is_never_overtaken_by_the_creates) {
+    FakeEngine engine;
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    engine.add("a", {{"reaperd.session", "s"}}, "created");
+    BOOST_TEST(rec.wait([&] { return rec.appeared("a"); }));
+    engine.hold_inspects("a");
+    watcher.want_log_info("a");
+    BOOST_TEST(rec.wait([&] { return engine.held_inspects() == 1; }));  // sees it "created"
+    engine.start_container("a", "/var/lib/docker/containers/a/a-json.log");
+    std::this_thread::sleep_for(50ms);  // the start event is handled while the lookup waits
+    BOOST_TEST(engine.held_inspects() == 1u);  // one container's lookups never overlap
+    engine.release_inspects();
+    BOOST_TEST(rec.wait([&] { return log_infos_of(rec, "a") == 2; }));
+    auto seen = appeared_of(rec, "a");
+    BOOST_TEST(seen.back().info.log_path == "/var/lib/docker/containers/a/a-json.log");
+    BOOST_TEST(seen.back().info.state.status == "running");
+    BOOST_TEST(engine.calls("inspect") == 2);
+    watcher.stop();
+}
+
+// Stop drops the lookups not started; those in flight are cut by closing the engine (the
+// daemon closes it before stopping the watcher), so stop does not wait on a stuck engine.
+BOOST_AUTO_TEST_CASE(stop_does_not_wait_for_queued_lookups_or_a_stuck_inspect) {
+    FakeEngine engine;
+    for (int i = 0; i < 10; ++i) engine.add("c" + std::to_string(i), {{"reaperd.session", "s"}});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    for (int i = 0; i < 10; ++i) engine.hold_inspects("c" + std::to_string(i));
+    for (int i = 0; i < 10; ++i) watcher.want_log_info("c" + std::to_string(i));
+    BOOST_TEST(rec.wait([&] { return engine.held_inspects() == Watcher::lookup_threads; }));
+    std::thread stopper([&] { watcher.stop(); });
+    std::this_thread::sleep_for(100ms);  // stop has dropped the queued six by now
+    auto begin = std::chrono::steady_clock::now();
+    engine.close();
+    stopper.join();
+    auto took = std::chrono::steady_clock::now() - begin;
+    BOOST_TEST(took < 1s);
+    BOOST_TEST(engine.calls("inspect") == static_cast<int>(Watcher::lookup_threads));
+    BOOST_TEST(rec.count<watch::Appeared>() == 10u);  // the list's only: no log info
+}
+
+// A lookup that met an engine error is asked again at the next list.
+BOOST_AUTO_TEST_CASE(a_failed_lookup_is_asked_again_at_the_next_list) {
+    FakeEngine engine;
+    engine.add("a", {{"reaperd.session", "s"}});
+    engine.fail("inspect", "a", {test::timeout()});
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    watcher.want_log_info("a");
+    BOOST_TEST(rec.wait([&] { return engine.calls("inspect") == 1; }));
+    watcher.resync();
+    BOOST_TEST(rec.wait([&] { return log_infos_of(rec, "a") == 1; }));
     watcher.stop();
 }

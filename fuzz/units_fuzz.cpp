@@ -12,31 +12,33 @@
 #include <reaper/client.hpp>
 #include <reaper/control.hpp>
 #include <reaper/template.hpp>
+#include <reaper/units.hpp>
 
+#include <limits>
 #include <stdexcept>
 
 namespace {
 
 void durations_and_sizes(const std::string& text) {
     try {
-        const auto d = reaperd::parse_duration(text);
-        FUZZ_CHECK(d.count() >= 0 && d <= reaperd::max_duration);
-        FUZZ_CHECK(reaperd::parse_duration(reaperd::format_duration(d)) == d);
+        const auto d = reaper::parse_duration(text);
+        FUZZ_CHECK(d.count() >= 0 && d <= reaper::max_duration);
+        FUZZ_CHECK(reaper::parse_duration(reaper::format_duration(d)) == d);
     } catch (const std::invalid_argument&) {
     }
     try {
-        const auto bytes = reaperd::parse_size(text);
-        FUZZ_CHECK(reaperd::parse_size(reaperd::format_size(bytes)) == bytes);
+        const auto bytes = reaper::parse_size(text);
+        FUZZ_CHECK(reaper::parse_size(reaper::format_size(bytes)) == bytes);
     } catch (const std::invalid_argument&) {
     }
     try {
-        FUZZ_CHECK(reaper::parse_duration(text).count() >= 0);
+        const auto bytes = reaper::parse_docker_size(text);
+        FUZZ_CHECK(bytes <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
     } catch (const std::invalid_argument&) {
     }
-    try {
-        FUZZ_CHECK(reaper::parse_byte_size(text) >= 0);
-    } catch (const std::invalid_argument&) {
-    }
+    const std::size_t bad = reaper::invalid_utf8_at(text);
+    FUZZ_CHECK(bad == std::string::npos || bad < text.size());
+    if (bad != std::string::npos) FUZZ_CHECK(reaper::valid_utf8(text.substr(0, bad)));
 }
 
 void engine_address(const std::string& text) {
@@ -80,12 +82,12 @@ void labels(const std::string& text) {
 }
 
 void timestamps(const std::string& text) {
-    const auto t = reaperd::parse_rfc3339(text);
+    const auto t = reaper::parse_rfc3339(text);
     if (!t) return;
     const std::string written = reaperd::format_rfc3339(*t);
     // Years 0000-9999 only: the format has four digits for the year.
     if (written.size() != 24 || written.front() == '-') return;
-    const auto again = reaperd::parse_rfc3339(written);
+    const auto again = reaper::parse_rfc3339(written);
     FUZZ_CHECK(again && *again == std::chrono::floor<std::chrono::milliseconds>(*t));
 }
 

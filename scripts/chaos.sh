@@ -28,10 +28,11 @@
 # session, or reported as an orphan, is gone within lease_grace + 60 s after the faults end
 # (and none of a dropped session before its lease_grace); no unlabeled, leased or never-leased
 # container was removed, by the engine's own destroy events and by a final list; the
-# spammers' logs (plus rotated files) stay within 2x the cap while reaperd is settled (up,
-# ready and 10 s more, with the engine up for 10 s: before that it cannot know the log
-# files, which it learns by inspecting each container through the faulty proxy; the largest
-# size seen outside those times is printed too); the longest-lived reaperd's fd count and
+# spammers' logs (plus rotated files) stay within 2x the cap in every sample taken while a
+# reaperd runs, its start-up (re-listing through the faulty proxy, up to 43 s) and engine
+# restarts included: it caps the logs known from its last run from its start (only the
+# samples when no reaperd exists, and its first second, are left out; the largest size seen
+# at all is printed too); the longest-lived reaperd's fd count and
 # RSS do not grow. Samples are kept as CSV in the temp dir (with --keep or on failure).
 # Exit 0 when every check held, 1 otherwise (the logs' tails are printed and the temp dir is
 # kept), 64 on a usage error. Everything started here is stopped by its pid, also on failure

@@ -63,7 +63,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target reaperd reaperctl
 build=$(cd "$build" && pwd)
 reaperd_bin=$build/daemon/reaperd
-reaperctl_bin=$build/daemon/reaperctl
+reaperctl_bin=$build/cli/reaperctl
 
 # ---- 2. cleanup of everything this script starts ----------------------------------------
 work=$(mktemp -d /tmp/reaperd-demo.XXXXXX)

@@ -1,5 +1,7 @@
 #include <reaper/client.hpp>
 
+#include "errno_text.hpp"
+
 #include <Poco/Exception.h>
 #include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
@@ -26,7 +28,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -142,7 +143,7 @@ public:
 // The file must be readable: OpenSSL's own error for a missing file is a bare error code.
 void check_readable(const std::string& path, const char* what) {
     std::ifstream in(path);
-    if (!in) throw std::invalid_argument(std::string("TLS ") + what + " " + path + ": cannot read: " + std::strerror(errno));
+    if (!in) throw std::invalid_argument(std::string("TLS ") + what + " " + path + ": cannot read: " + detail::errno_text(errno));
 }
 
 // The client's TLS context for `options` (tcp:// with TLS): the CA, the client certificate

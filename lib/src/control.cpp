@@ -1,6 +1,9 @@
 #include "reaper/control.hpp"
+#include "reaper/units.hpp"  // invalid_utf8_at
 
+#include "errno_text.hpp"
 #include "signals_blocked.hpp"
+#include "unique_fd.hpp"
 
 #include <Poco/Dynamic/Var.h>
 #include <Poco/Exception.h>
@@ -28,7 +31,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <mutex>
 #include <optional>
@@ -59,42 +61,6 @@ std::string quoted(std::string_view text) {
     }
     if (text.size() > 64) out += "...";
     return out + "\"";
-}
-
-// Where the first invalid UTF-8 sequence starts, or npos.
-std::size_t invalid_utf8_at(std::string_view text) {
-    std::size_t i = 0;
-    while (i < text.size()) {
-        const auto c = static_cast<unsigned char>(text[i]);
-        std::size_t length = 0;
-        std::uint32_t code = 0;
-        if (c < 0x80) {
-            ++i;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            length = 2;
-            code = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            length = 3;
-            code = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            length = 4;
-            code = c & 0x07;
-        } else {
-            return i;
-        }
-        if (i + length > text.size()) return i;
-        for (std::size_t k = 1; k < length; ++k) {
-            const auto d = static_cast<unsigned char>(text[i + k]);
-            if ((d & 0xc0) != 0x80) return i;
-            code = (code << 6) | (d & 0x3f);
-        }
-        const bool overlong = (length == 2 && code < 0x80) || (length == 3 && code < 0x800) ||
-                              (length == 4 && code < 0x10000);
-        if (overlong || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return i;
-        i += length;
-    }
-    return std::string_view::npos;
 }
 
 void validate_token(std::string_view what, std::string_view value, std::size_t max_bytes) {
@@ -208,6 +174,7 @@ enum Field : unsigned {
     counts_fields = 1u << 3,  // containers_labelled, networks_labelled, volumes_labelled
     ended_field = 1u << 4,
     limit_field = 1u << 5,
+    pending_field = 1u << 6,
 };
 
 struct CountField {
@@ -226,6 +193,7 @@ std::optional<Field> known_field(const std::string& name) {
     if (name == "proxy") return proxy_field;
     if (name == "ended") return ended_field;
     if (name == "limit") return limit_field;
+    if (name == "pending") return pending_field;
     for (const auto& field : count_fields) {
         if (name == field.name) return counts_fields;
     }
@@ -245,7 +213,7 @@ constexpr std::array<OpSpec, 7> op_specs{{
     {Op::End, "end", session_field, session_field},
     {Op::Orphan, "orphan", session_field | container_field, container_field},
     {Op::Session, "session", session_field, session_field},
-    {Op::Status, "status", ended_field | limit_field, 0},
+    {Op::Status, "status", ended_field | limit_field | pending_field, 0},
     {Op::Metrics, "metrics", 0, 0},
 }};
 
@@ -271,9 +239,7 @@ std::string one_line(std::string json) {
 
 using Clock = std::chrono::steady_clock;
 
-std::string errno_text(int code) {
-    return code != 0 ? std::strerror(code) : std::string("unknown error");
-}
+using detail::errno_text;
 
 std::string poco_error_text(const Poco::Exception& e) {
     if (e.code() > 0 && e.code() < 4096) return errno_text(e.code());
@@ -581,22 +547,8 @@ Request lease_request(const std::string& session, bool proxy, const LabelledCoun
     return request;
 }
 
-// A descriptor closed by its destructor.
-class UniqueFd {
-public:
-    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-    ~UniqueFd() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    UniqueFd(const UniqueFd&) = delete;
-    UniqueFd& operator=(const UniqueFd&) = delete;
-    int get() const noexcept { return fd_; }
-
-private:
-    int fd_;
-};
-
 using detail::AllSignalsBlocked;
+using detail::UniqueFd;
 
 }  // namespace
 
@@ -663,6 +615,12 @@ Request parse_request(std::string_view line) {
     if ((spec->takes & limit_field) != 0 && object->has("limit")) {
         request.limit = count_field(*object, "limit");
     }
+    if ((spec->takes & pending_field) != 0 && object->has("pending")) {
+        request.pending = bool_field(*object, "pending");
+    }
+    if (request.ended && request.pending) {
+        throw ProtocolViolation("\"ended\" and \"pending\" exclude each other; ask for one at a time");
+    }
     if ((spec->takes & counts_fields) != 0) {
         for (const auto& field : count_fields) {
             if (!object->has(field.name)) continue;
@@ -707,6 +665,14 @@ std::string encode_request(const Request& request) {
         if (request.limit) object.set("limit", static_cast<Poco::UInt64>(*request.limit));
     } else if (request.limit) {
         throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no \"limit\"");
+    }
+    if ((spec.takes & pending_field) != 0) {
+        if (request.ended && request.pending) {
+            throw ProtocolViolation("\"ended\" and \"pending\" exclude each other; ask for one at a time");
+        }
+        if (request.pending) object.set("pending", true);
+    } else if (request.pending) {
+        throw ProtocolViolation(std::string("op \"") + spec.name + "\" takes no \"pending\"");
     }
     const bool counts = (spec.takes & counts_fields) != 0 &&
                         ((spec.takes & proxy_field) == 0 || request.proxy);
@@ -891,6 +857,7 @@ std::string ControlClient::status_json(const StatusQuery& query) {
     Request request{Op::Status, {}, {}};
     request.ended = query.ended;
     request.limit = query.limit;
+    request.pending = query.pending;
     const auto reply = Connection(socket_path_, timeout_).exchange(request);
     if (reply.status_json.empty()) {
         throw ControlError("talking to reaperd at " + socket_path_ + ": status reply has no \"status\"");
@@ -926,7 +893,7 @@ public:
           options_(options),
           wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
           counts_changed_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-        if (wake_.get() < 0 || counts_changed_.get() < 0) {
+        if (!wake_ || !counts_changed_) {
             throw std::system_error(errno, std::generic_category(), "eventfd");
         }
     }

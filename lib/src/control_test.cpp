@@ -207,6 +207,9 @@ BOOST_AUTO_TEST_CASE(malformed_requests_name_the_problem) {
         {R"({"op":"update","volumes_labelled":null})", "field \"volumes_labelled\" must be a non-negative integer"},
         {R"({"op":"update","containers_labelled":1e3})", "field \"containers_labelled\" must be a non-negative integer"},
         {R"({"op":"end","session":"s","container":"c"})", "unexpected field \"container\""},
+        {R"({"op":"end","session":"s","pending":true})", "unexpected field \"pending\""},
+        {R"({"op":"status","pending":1})", "field \"pending\" must be a boolean"},
+        {R"({"op":"status","pending":true,"ended":true})", "\"ended\" and \"pending\" exclude each other"},
         {R"({"op":"lease","session":{"a":{"b":{"c":1}}}})", "not valid JSON"},
         {std::string("{\"op\":\"lease\",\"session\":\"\xff\xfe\"}"), "not valid UTF-8"},
         {std::string("{\"op\":\"status\"}\0", 16), "NUL"},
@@ -258,6 +261,24 @@ BOOST_AUTO_TEST_CASE(encode_then_parse_round_trips) {
     // A plain lease says nothing of proxies: what an older daemon understands.
     BOOST_TEST(control::encode_request({control::Op::Lease, "s6", ""}) ==
                "{\"op\":\"lease\",\"session\":\"s6\"}\n");
+}
+
+BOOST_AUTO_TEST_CASE(status_pending_round_trips_and_excludes_ended) {
+    control::Request pending{control::Op::Status, "", ""};
+    pending.pending = true;
+    pending.limit = 5;
+    const auto line = control::encode_request(pending);
+    BOOST_TEST(line == "{\"op\":\"status\",\"limit\":5,\"pending\":true}\n");
+    const auto parsed = control::parse_request(std::string_view(line).substr(0, line.size() - 1));
+    BOOST_TEST(parsed.pending);
+    BOOST_TEST(!parsed.ended);
+    BOOST_TEST((parsed.limit == std::optional<std::uint64_t>{5}));
+    BOOST_TEST(!control::parse_request(R"({"op":"status"})").pending);
+    pending.ended = true;
+    BOOST_CHECK_THROW(control::encode_request(pending), control::ProtocolViolation);
+    control::Request end_pending{control::Op::End, "s", ""};
+    end_pending.pending = true;
+    BOOST_CHECK_THROW(control::encode_request(end_pending), control::ProtocolViolation);
 }
 
 BOOST_AUTO_TEST_CASE(encode_rejects_invalid_requests) {

@@ -9,6 +9,8 @@
 
 #include <reaper/control.hpp>
 
+#include "unique_fd.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -37,7 +39,7 @@ public:
         stopping_ = true;
         acceptor_.join();
         for (auto& t : connections_) t.join();
-        ::close(listener_);
+        listener_.reset();
         ::unlink(path_.c_str());
         if (owns_dir_) std::filesystem::remove_all(std::filesystem::path(path_).parent_path());
     }
@@ -79,26 +81,27 @@ public:
 
 private:
     FakeControlServer(std::string socket_path, bool owns_dir) : path_(std::move(socket_path)), owns_dir_(owns_dir) {
-        listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        listener_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
         sockaddr_un address{};
         address.sun_family = AF_UNIX;
         path_.copy(address.sun_path, sizeof address.sun_path - 1);
-        if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(listener_, 16) != 0)
+        if (::bind(listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(listener_.get(), 16) != 0)
             throw std::runtime_error("fake control server: cannot listen on " + path_);
         acceptor_ = std::thread([this] { accept_loop(); });
     }
 
     void accept_loop() {
         while (!stopping_) {
-            pollfd p{listener_, POLLIN, 0};
+            pollfd p{listener_.get(), POLLIN, 0};
             if (::poll(&p, 1, 20) <= 0) continue;
-            int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
             if (fd < 0) continue;
             connections_.emplace_back([this, fd] { serve(fd); });
         }
     }
 
     void serve(int fd) {
+        const reaper::detail::UniqueFd connection(fd);
         std::string buffer;
         std::vector<std::string> leases;
         char chunk[4096];
@@ -145,12 +148,11 @@ private:
             std::lock_guard lock(mutex_);
             for (const auto& session : leases) --live_leases_[session];
         }
-        ::close(fd);
     }
 
     std::string path_;
     bool owns_dir_;
-    int listener_ = -1;
+    reaper::detail::UniqueFd listener_;
     std::atomic<bool> stopping_{false};
     std::thread acceptor_;
     std::vector<std::thread> connections_;  // only touched by the acceptor and the destructor

@@ -15,7 +15,9 @@
 // request sent, and relays the body as it arrives.
 #include <reaper/proxy.hpp>
 
+#include "errno_text.hpp"
 #include "signals_blocked.hpp"
+#include "unique_fd.hpp"
 #include <reaper/control.hpp>
 
 #include <Poco/JSON/Object.h>
@@ -69,38 +71,14 @@ constexpr auto upstream_connect_timeout_ms = 5000;
 
 // ---- descriptors --------------------------------------------------------------------------
 
-// A descriptor closed by its destructor.
-class UniqueFd {
-public:
-    UniqueFd() noexcept = default;
-    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-    ~UniqueFd() { reset(); }
-    UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-    UniqueFd& operator=(UniqueFd&& other) noexcept {
-        if (this != &other) {
-            reset();
-            fd_ = std::exchange(other.fd_, -1);
-        }
-        return *this;
-    }
-    UniqueFd(const UniqueFd&) = delete;
-    UniqueFd& operator=(const UniqueFd&) = delete;
-    int get() const noexcept { return fd_; }
-    explicit operator bool() const noexcept { return fd_ >= 0; }
-    void reset() noexcept {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = -1;
-    }
-
-private:
-    int fd_ = -1;
-};
+using detail::UniqueFd;
 
 [[noreturn]] void throw_errno(const std::string& what) {
     throw std::system_error(errno, std::generic_category(), what);
 }
 
 using detail::AllSignalsBlocked;
+using detail::errno_text;
 
 // An eventfd to wake a thread that waits in poll().
 class Wakeup {
@@ -133,7 +111,7 @@ void send_all(int fd, std::string_view data) {
         const auto n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR) continue;
-            throw Broken(std::string("write: ") + std::strerror(errno));
+            throw Broken("write: " + errno_text(errno));
         }
         data.remove_prefix(static_cast<std::size_t>(n));
     }
@@ -174,7 +152,7 @@ public:
             if (errno == EINTR) continue;
             // A reset is how a peer that left mid-exchange usually shows up.
             if (errno == ECONNRESET || errno == EPIPE) return false;
-            throw Broken(std::string("read: ") + std::strerror(errno));
+            throw Broken("read: " + errno_text(errno));
         }
     }
     // The next head, up to and including its empty line. nullopt at EOF before its first
@@ -1268,7 +1246,7 @@ private:
             if (!client && (errno == EAGAIN || errno == ECONNABORTED || errno == EINTR)) continue;
             if (!client) {
                 // Out of descriptors, most likely: try again shortly rather than spin.
-                log(LogLevel::Warning, std::string("accept: ") + std::strerror(errno));
+                log(LogLevel::Warning, "accept: " + errno_text(errno));
                 pollfd wait{stopping.fd(), POLLIN, 0};
                 ::poll(&wait, 1, 100);
                 continue;

@@ -1,4 +1,5 @@
 #include <reaper/template.hpp>
+#include <reaper/units.hpp>
 
 #include <yaml-cpp/yaml.h>
 
@@ -6,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -108,7 +110,13 @@ public:
         if (auto n = node["limits"]) {
             expect_map(n, what + ".limits");
             check_keys(n, what + ".limits", {"memory", "cpus", "pids"});
-            if (auto m = n["memory"]) spec.memory_bytes = convert(m, what + ".limits.memory", parse_byte_size);
+            if (auto m = n["memory"])
+                spec.memory_bytes = convert(m, what + ".limits.memory", [](const std::string& text) {
+                    const std::uint64_t bytes = parse_size(text);
+                    if (bytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+                        throw std::invalid_argument("invalid size \"" + text + "\": too large");
+                    return static_cast<std::int64_t>(bytes);
+                });
             if (auto c = n["cpus"])
                 spec.nano_cpus = convert(c, what + ".limits.cpus", [](const std::string& text) {
                     std::size_t used = 0;
@@ -134,7 +142,8 @@ public:
                 else
                     spec.log_config.options[key] = value;
             }
-            if (auto s = n["max-size"]) convert(s, what + ".log.max-size", parse_byte_size);
+            // Checked here as the engine will read it, so a typo fails at load, not at create.
+            if (auto s = n["max-size"]) convert(s, what + ".log.max-size", parse_docker_size);
         }
         if (auto n = node["healthcheck"]) {
             expect_map(n, what + ".healthcheck");
@@ -228,37 +237,6 @@ TemplateLibrary TemplateLibrary::load_file(const std::string& path) {
     std::ostringstream text;
     text << in.rdbuf();
     return parse(text.str(), path);
-}
-
-std::int64_t parse_byte_size(std::string_view text) {
-    std::int64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc{} || end == text.data() || value < 0)
-        throw std::invalid_argument("'" + std::string(text) + "' is not a size (e.g. 512k, 10m, 1g)");
-    std::string_view unit(end, text.data() + text.size() - end);
-    std::int64_t factor = 1;
-    if (unit == "" || unit == "b") factor = 1;
-    else if (unit == "k" || unit == "kb") factor = 1024;
-    else if (unit == "m" || unit == "mb") factor = 1024 * 1024;
-    else if (unit == "g" || unit == "gb") factor = 1024LL * 1024 * 1024;
-    else throw std::invalid_argument("'" + std::string(text) + "' has an unknown size unit (use k, m or g)");
-    if (value > INT64_MAX / factor) throw std::invalid_argument("'" + std::string(text) + "' is too large");
-    return value * factor;
-}
-
-std::chrono::milliseconds parse_duration(std::string_view text) {
-    std::int64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc{} || end == text.data() || value < 0)
-        throw std::invalid_argument("'" + std::string(text) + "' is not a duration (e.g. 500ms, 2s, 1m)");
-    std::string_view unit(end, text.data() + text.size() - end);
-    std::int64_t factor = 0;
-    if (unit == "ms") factor = 1;
-    else if (unit == "s") factor = 1000;
-    else if (unit == "m") factor = 60'000;
-    else throw std::invalid_argument("'" + std::string(text) + "' needs a unit: ms, s or m");
-    if (value > INT64_MAX / factor) throw std::invalid_argument("'" + std::string(text) + "' is too large");
-    return std::chrono::milliseconds{value * factor};
 }
 
 }  // namespace reaper

@@ -1,5 +1,7 @@
 #include "engine.hpp"
 
+#include "errno_text.hpp"
+
 #include <Poco/Pipe.h>
 #include <Poco/PipeStream.h>
 #include <Poco/Process.h>
@@ -7,7 +9,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -137,7 +138,7 @@ EngineFront::EngineFront(EngineProfile profile) : profile_(std::move(profile)) {
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) {
         fs::remove_all(dir_);
-        throw std::runtime_error(std::string("spawning engine_front: ") + std::strerror(rc));
+        throw std::runtime_error("spawning engine_front: " + reaper::detail::errno_text(rc));
     }
     pid_ = pid;
 

@@ -13,6 +13,10 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 namespace fs = std::filesystem;
 using namespace reaperd;
 using namespace std::chrono_literals;
@@ -366,4 +370,83 @@ BOOST_AUTO_TEST_CASE(reaperd_caps_the_local_driver_with_no_json_file_container_a
     BOOST_TEST(daemon.log_count("not capped") == 0u);
     BOOST_TEST(f.running(id));
     BOOST_TEST(daemon.terminate() == 0);
+}
+
+// An engine that takes every connection and never answers: a unix socket listening, never
+// accepting (the kernel completes the connects and buffers the requests). reaperd waits
+// engine.request_timeout on each call, then retries with backoff: never ready.
+class SilentEngine {
+public:
+    SilentEngine() {
+        char pattern[] = "/tmp/reaperd-silent.XXXXXX";
+        dir_ = ::mkdtemp(pattern);
+        path_ = dir_ + "/docker.sock";
+        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path_.c_str());
+        BOOST_REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+        BOOST_REQUIRE(::listen(fd_, 128) == 0);
+    }
+    ~SilentEngine() {
+        ::close(fd_);
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+    std::string address() const { return "unix://" + path_; }
+
+private:
+    std::string dir_, path_;
+    int fd_ = -1;
+};
+
+// Issue 11: a restarted reaperd used to cap nothing until its first full list, which took
+// 43 s behind the chaos run's slow proxy (a 2 MiB log reached 19.5 MiB meanwhile). Now the
+// logs known from the last run are capped from its first second, the engine answering or not.
+BOOST_AUTO_TEST_CASE(a_restarted_reaperd_caps_known_logs_before_the_engine_answers) {
+    const std::string logs_yaml = "logs:\n  max_size: 1MiB\n  action: stop\n";
+    Fixture f;
+    // A paced writer, ~1.2 MB of json log per round, with rounds 0.1 s apart: past a 1 MiB
+    // cap within a second. No pipe: `yes | head` hangs here once head exits (the writer
+    // inherits SIGPIPE ignored and yes goes on), which is why burst_then_sleep writes once.
+    auto id = f.run({"sh", "-c", "while :; do seq 1 20000; sleep 0.1; done"},
+                    "s-restart", {}, {{logcap::max_size_label, "1MiB"}});
+    auto c = f.describe(id);
+    BOOST_TEST_REQUIRE(!c.log_path.empty());
+
+    itest::Reaperd first("", logs_yaml);
+    first.start();
+    // Stopped at once: the first reaperd sees it, and its persisted list names it.
+    BOOST_TEST_REQUIRE(eventually([&] { return !f.running(id); }), first.log_text());
+    std::string persisted = first.dir + "/state/logcap.json";
+    BOOST_TEST_REQUIRE(eventually([&] {
+        std::ifstream in(persisted);
+        std::stringstream text;
+        text << in.rdbuf();
+        return text.str().find(id) != std::string::npos;
+    }));
+    first.sigkill();
+
+    SilentEngine silent;
+    itest::Reaperd second("", logs_yaml, silent.address());
+    fs::copy(first.dir + "/state", second.dir + "/state", fs::copy_options::recursive);
+    second.start(false);
+    f.client.start(id);  // writing again, and the engine tells the new reaperd nothing
+    std::uint64_t max = 0;
+    unsigned samples = 0;
+    auto end = Clock::now() + 6s;
+    for (auto next = Clock::now(); next < end; next += 100ms) {
+        max = std::max(max, log_bytes(c));
+        ++samples;
+        std::this_thread::sleep_until(next);
+    }
+    BOOST_TEST_MESSAGE("restarted reaperd, engine silent: max log " << max << " bytes in " << samples
+                                                                    << " samples (cap " << MiB << ")");
+    BOOST_TEST(max <= 2 * MiB);
+    BOOST_TEST(!second.ready());  // all along without a word from the engine
+    BOOST_TEST(f.running(id));    // stop needs the engine: it was cut instead
+    BOOST_TEST(second.log_count("capping 1 logs known from") == 1u);
+    BOOST_TEST(second.log_count("CONTAINER_ID=" + id) >= 1u);
+    BOOST_TEST(second.log_count("ACTION=truncate") >= 1u);
+    BOOST_TEST(second.log_count("ACTION=stop") == 0u);
 }

@@ -56,7 +56,8 @@ public:
         return {};
     }
     std::string status_json(const reaper::control::StatusQuery& query) override {
-        record({"status", query.ended ? "ended" : "", query.limit ? std::to_string(*query.limit) : ""});
+        record({"status", query.ended ? "ended" : (query.pending ? "pending" : ""),
+                query.limit ? std::to_string(*query.limit) : ""});
         return R"({"sessions":[{"id":"s1","state":"leased","leases":1}],"tracked_containers":3,)"
                R"("pending_reaps":[],"counters":{"reaps_done":7}})";
     }
@@ -365,6 +366,13 @@ BOOST_AUTO_TEST_CASE(status_and_metrics_print_what_the_daemon_says) {
     BOOST_TEST((std::find_if(asked.begin(), asked.end(), [](const Event& e) {
                     return e.kind == "status" && e.a == "ended" && e.b == "4";
                 }) != asked.end()));
+    // So do --pending and --limit.
+    Reaperctl pending(f.dir, f.with_socket({"status", "--pending", "--limit", "7", "--json"}));
+    BOOST_TEST(pending.wait() == 0, pending.stderr_text());
+    const auto asked_pending = f.handler.events();
+    BOOST_TEST((std::find_if(asked_pending.begin(), asked_pending.end(), [](const Event& e) {
+                    return e.kind == "status" && e.a == "pending" && e.b == "7";
+                }) != asked_pending.end()));
 
     Reaperctl metrics(f.dir, f.with_socket({"metrics"}));
     BOOST_TEST(metrics.wait() == 0);
@@ -401,7 +409,7 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_64) {
              {"end", "s", "--timeout", "5s"}, {"end", "s", "--wait", "--timeout", "soon"},
              {"end", "s", "--wait", "--timeout"}, {"hold", "s", "--wait"}, {"run", "--json", "s", "true"},
              {"status", "--limit"}, {"status", "--limit", "-1"}, {"status", "--limit=many"},
-             {"end", "s", "--ended"}}) {
+             {"end", "s", "--ended"}, {"status", "--ended", "--pending"}, {"end", "s", "--pending"}}) {
         Reaperctl ctl(dir, args);
         BOOST_TEST_CONTEXT((args.empty() ? std::string("(none)") : args[0])) {
             BOOST_TEST(ctl.wait() == 64, ctl.stderr_text());

@@ -15,6 +15,8 @@
 #include <Poco/StreamCopier.h>
 #include <Poco/String.h>
 
+#include "unique_fd.hpp"
+
 #include <cerrno>
 #include <cstdint>
 #include <functional>
@@ -107,12 +109,12 @@ class HangupWatch {
 public:
     HangupWatch(Poco::Net::StreamSocket& socket, std::function<void()> on_hangup)
         : wake_fd_(::eventfd(0, EFD_CLOEXEC)) {
-        if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+        if (!wake_fd_) throw std::system_error(errno, std::generic_category(), "eventfd");
         int peer_fd = socket.impl()->sockfd();
         thread_ = std::thread([this, peer_fd, on_hangup = std::move(on_hangup)] {
             // POLLRDHUP without POLLIN: a pipelined request waiting for its turn is not a
             // hang-up, and must not make this loop spin.
-            pollfd fds[2] = {{peer_fd, POLLRDHUP, 0}, {wake_fd_, POLLIN, 0}};
+            pollfd fds[2] = {{peer_fd, POLLRDHUP, 0}, {wake_fd_.get(), POLLIN, 0}};
             while (::poll(fds, 2, -1) < 0) {
             }
             if (fds[1].revents == 0) on_hangup();
@@ -120,15 +122,14 @@ public:
     }
     ~HangupWatch() {
         std::uint64_t one = 1;
-        [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+        [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
         thread_.join();
-        ::close(wake_fd_);
     }
     HangupWatch(const HangupWatch&) = delete;
     HangupWatch& operator=(const HangupWatch&) = delete;
 
 private:
-    int wake_fd_;
+    reaper::detail::UniqueFd wake_fd_;
     std::thread thread_;
 };
 

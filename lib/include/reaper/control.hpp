@@ -67,8 +67,13 @@ struct Request {
     // status: list the ended sessions (newest first) instead of the live ones.
     bool ended = false;
     // status: at most this many ended sessions listed; unset is the daemon's default (the
-    // newest few in a plain status, status_default_ended_limit with "ended":true).
+    // newest few in a plain status, status_default_ended_limit with "ended":true). With
+    // "pending":true, at most this many of each pending list instead.
     std::optional<std::uint64_t> limit;
+    // status: list the pending reaps (oldest first) and removals (next due first), at most
+    // `limit` of each (status_default_pending_limit when unset), and no session. Excludes
+    // `ended`.
+    bool pending = false;
 };
 
 // A plain status lists every live session and only this many of the ended ones (the newest),
@@ -77,10 +82,18 @@ inline constexpr std::uint64_t status_default_newest_ended = 10;
 // A status with "ended":true and no "limit" lists this many ended sessions, newest first.
 inline constexpr std::uint64_t status_default_ended_limit = 1000;
 
-// What a status request asks for (Request::ended, Request::limit).
+// A plain status lists only this many of the pending reaps (the oldest), and of the pending
+// network and volume removals (the next due), with their counts: a status stays small
+// however many reaps a failing engine leaves queued.
+inline constexpr std::uint64_t status_default_pending_listed = 20;
+// A status with "pending":true and no "limit" lists this many of each.
+inline constexpr std::uint64_t status_default_pending_limit = 1000;
+
+// What a status request asks for (Request::ended, Request::limit, Request::pending).
 struct StatusQuery {
     bool ended = false;
     std::optional<std::uint64_t> limit;
+    bool pending = false;
 };
 
 // A message that breaks the protocol; what() names the problem.

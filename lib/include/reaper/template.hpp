@@ -14,9 +14,14 @@
 //       log: {driver: json-file, max-size: 10m, max-file: 2}
 //       healthcheck: {command: [true], interval: 1s}
 //       readiness: {command: [test, -e, /tmp/ready], timeout: 30s}
+//
+// Units are those of reaper/units.hpp: durations as parse_duration (500ms, 30s, 5m, 1h, 1d);
+// limits.memory as parse_size (binary: 256m = 256MiB); log.max-size is passed to the engine
+// as written and checked as Docker reads it (parse_docker_size: decimal, 10m = 10,000,000).
 #pragma once
 
 #include <reaper/engine.hpp>
+#include <reaper/units.hpp>  // the units templates are written in
 
 #include <chrono>
 #include <map>
@@ -70,11 +75,5 @@ public:
 private:
     std::map<std::string, SessionTemplate> templates_;
 };
-
-// Parses sizes such as "10m", "1g", "512k", "4096" (bytes; k/m/g are powers of 1024).
-// Throws std::invalid_argument naming the text.
-std::int64_t parse_byte_size(std::string_view text);
-// Parses durations such as "500ms", "2s", "1m". Throws std::invalid_argument.
-std::chrono::milliseconds parse_duration(std::string_view text);
 
 }  // namespace reaper

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace reaperd {
+namespace reaperctl {
 
 namespace {
 
@@ -186,4 +186,4 @@ std::string format_status(std::string_view status_json) {
     return out.str();
 }
 
-}  // namespace reaperd
+}  // namespace reaperctl

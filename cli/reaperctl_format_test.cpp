@@ -19,7 +19,7 @@ BOOST_AUTO_TEST_CASE(status_renders_sections_tables_and_scalars) {
         "dry_run": false,
         "labels": ["reaperd.session", "org.testcontainers.sessionId"]
     })";
-    const auto text = reaperd::format_status(status);
+    const auto text = reaperctl::format_status(status);
     const std::string expected =
         "sessions (2):\n"
         "  ID        STATE   LEASES  CONTAINERS  GRACE LEFT MS\n"
@@ -36,13 +36,13 @@ BOOST_AUTO_TEST_CASE(status_renders_sections_tables_and_scalars) {
 }
 
 BOOST_AUTO_TEST_CASE(status_tolerates_odd_shapes) {
-    BOOST_TEST(reaperd::format_status("{}") == "");
-    BOOST_TEST(reaperd::format_status(R"({"x":null,"y":{}})") == "x: -\ny: none\n");
-    BOOST_TEST(reaperd::format_status(R"({"rows":[{"a":{"b":1}},{"c":[1,2]}]})") ==
+    BOOST_TEST(reaperctl::format_status("{}") == "");
+    BOOST_TEST(reaperctl::format_status(R"({"x":null,"y":{}})") == "x: -\ny: none\n");
+    BOOST_TEST(reaperctl::format_status(R"({"rows":[{"a":{"b":1}},{"c":[1,2]}]})") ==
                "rows (2):\n  A        C\n  {\"b\":1}  -\n  -        [1,2]\n");
-    BOOST_TEST(reaperd::format_status(R"({"mixed":[1,{"a":2}]})") == "mixed: 1, {\"a\":2}\n");
-    BOOST_CHECK_THROW(reaperd::format_status("[1]"), std::invalid_argument);
-    BOOST_CHECK_THROW(reaperd::format_status("{"), std::invalid_argument);
+    BOOST_TEST(reaperctl::format_status(R"({"mixed":[1,{"a":2}]})") == "mixed: 1, {\"a\":2}\n");
+    BOOST_CHECK_THROW(reaperctl::format_status("[1]"), std::invalid_argument);
+    BOOST_CHECK_THROW(reaperctl::format_status("{"), std::invalid_argument);
 }
 
 namespace {
@@ -52,11 +52,11 @@ reaper::control::Reply parsed(const std::string& line) { return reaper::control:
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(counts_name_what_is_not_zero) {
-    BOOST_TEST(reaperd::format_counts({}) == "nothing");
-    BOOST_TEST(reaperd::format_counts({{"containers", 0}, {"networks", 0}}) == "nothing");
-    BOOST_TEST(reaperd::format_counts({{"containers", 1}, {"networks", 0}, {"volumes", 2}}) ==
+    BOOST_TEST(reaperctl::format_counts({}) == "nothing");
+    BOOST_TEST(reaperctl::format_counts({{"containers", 0}, {"networks", 0}}) == "nothing");
+    BOOST_TEST(reaperctl::format_counts({{"containers", 1}, {"networks", 0}, {"volumes", 2}}) ==
                "1 container, 2 volumes");
-    BOOST_TEST(reaperd::format_counts({{"containers", 3}, {"networks", 1}}) == "3 containers, 1 network");
+    BOOST_TEST(reaperctl::format_counts({{"containers", 3}, {"networks", 1}}) == "3 containers, 1 network");
 }
 
 BOOST_AUTO_TEST_CASE(end_replies_say_what_happened) {
@@ -79,7 +79,7 @@ BOOST_AUTO_TEST_CASE(end_replies_say_what_happened) {
          "session s ended; dry run: reaperd removes nothing"},
     };
     for (const auto& [line, expected] : cases) {
-        BOOST_TEST_CONTEXT(line) { BOOST_TEST(reaperd::format_end_reply("s", parsed(line)) == expected); }
+        BOOST_TEST_CONTEXT(line) { BOOST_TEST(reaperctl::format_end_reply("s", parsed(line)) == expected); }
     }
 }
 
@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(orphan_replies_name_the_full_id_and_the_outcome) {
          "container " + id + ": queued for reaping (the engine did not answer; its label is checked before any removal)"},
     };
     for (const auto& [line, expected] : cases) {
-        BOOST_TEST_CONTEXT(line) { BOOST_TEST(reaperd::format_orphan_reply("web", parsed(line)) == expected); }
+        BOOST_TEST_CONTEXT(line) { BOOST_TEST(reaperctl::format_orphan_reply("web", parsed(line)) == expected); }
     }
 }
 
@@ -105,7 +105,7 @@ BOOST_AUTO_TEST_CASE(status_shows_which_sessions_have_a_proxy_and_what_it_labell
          "containers_labelled": 2, "networks_labelled": 1, "volumes_labelled": 0},
         {"id": "plain", "state": "leased", "leases": 1, "containers": 0, "proxy": false}
     ]})";
-    BOOST_TEST(reaperd::format_status(status) ==
+    BOOST_TEST(reaperctl::format_status(status) ==
                "sessions (2):\n"
                "  ID     STATE   LEASES  CONTAINERS  PROXY  CONTAINERS LABELLED  NETWORKS LABELLED  VOLUMES LABELLED\n"
                "  ci-1   leased  1       2           yes    2                    1                  0\n"

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace reaperd {
+namespace reaperctl {
 
 // Renders a status JSON object as text for a terminal. Throws std::invalid_argument if the
 // text is not a JSON object.
@@ -27,4 +27,4 @@ std::string format_end_reply(const std::string& session, const reaper::control::
 // to, its session and whether its reap is queued.
 std::string format_orphan_reply(const std::string& reference, const reaper::control::Reply& reply);
 
-}  // namespace reaperd
+}  // namespace reaperctl

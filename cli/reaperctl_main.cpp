@@ -2,10 +2,12 @@
 // Exit codes: 0 ok, 1 the daemon answered with an error, 64 usage error, 69 daemon unreachable,
 // 75 `end --wait` timed out with something of the session left; `run` exits with its tool's
 // status (128+N when the tool was killed by signal N), 126/127 when the tool cannot be started.
-#include "config.hpp"  // parse_duration, format_duration: the one duration grammar
+#include "reaper/units.hpp"  // parse_duration, format_duration: the one duration grammar
 #include "reaper/control.hpp"
 #include "reaper/proxy.hpp"
 #include "reaperctl_format.hpp"
+#include "errno_text.hpp"
+#include "unique_fd.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -22,7 +24,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -36,6 +37,8 @@ namespace {
 
 namespace control = reaper::control;
 using namespace std::chrono_literals;
+using reaper::detail::errno_text;
+using reaper::detail::UniqueFd;
 
 constexpr int exit_ok = 0;
 constexpr int exit_error_reply = 1;
@@ -48,7 +51,7 @@ constexpr int exit_not_found = 127;
 constexpr auto request_timeout = 5s;
 // `end --wait`: how long by default, and how often it asks reaperd what is left. A question is
 // one connection and a turn of reaperd's loop (well under a millisecond when idle).
-constexpr reaperd::Duration default_wait_timeout = 5min;
+constexpr std::chrono::milliseconds default_wait_timeout = 5min;
 constexpr auto wait_poll_interval = 100ms;
 
 const char* const usage_text =
@@ -72,12 +75,14 @@ const char* const usage_text =
     "  orphan CONTAINER [--session SESSION] [--json]\n"
     "                               report a container to reap now; says the full id it\n"
     "                               resolved to and whether its reap was queued\n"
-    "  status [--ended] [--limit N] [--json]\n"
+    "  status [--ended | --pending] [--limit N] [--json]\n"
     "                               live sessions (with what their proxies labelled), the\n"
     "                               count of ended ones and the newest few, tracked\n"
-    "                               containers, pending reaps, counters; --ended lists the\n"
-    "                               ended sessions instead, newest first (--limit N of them,\n"
-    "                               default 1000)\n"
+    "                               containers, pending reaps and removals (counts and the\n"
+    "                               first 20: reaps oldest first, removals next due first),\n"
+    "                               counters; --ended lists the ended sessions instead,\n"
+    "                               newest first, --pending every pending reap and removal\n"
+    "                               (--limit N of them, default 1000)\n"
     "  metrics                      the daemon's metrics (Prometheus text)\n"
     "\n"
     "Options:\n"
@@ -103,16 +108,16 @@ const std::vector<int>& forwarded_signals() {
 
 // Blocks `signals` (+SIGCHLD when asked) and returns a signalfd for them; the previous mask
 // goes to `previous` so a child can start with it.
-int block_into_signalfd(bool with_child, sigset_t& previous) {
+UniqueFd block_into_signalfd(bool with_child, sigset_t& previous) {
     sigset_t set;
     sigemptyset(&set);
     for (int signal : forwarded_signals()) sigaddset(&set, signal);
     if (with_child) sigaddset(&set, SIGCHLD);
     if (sigprocmask(SIG_BLOCK, &set, &previous) != 0) {
-        throw std::runtime_error(std::string("sigprocmask: ") + std::strerror(errno));
+        throw std::runtime_error("sigprocmask: " + errno_text(errno));
     }
-    const int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (fd < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+    UniqueFd fd(signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!fd) throw std::runtime_error("signalfd: " + errno_text(errno));
     return fd;
 }
 
@@ -166,13 +171,13 @@ int hold(control::ControlClient& client, const std::string& session) {
     auto keeper = make_keeper(client, session);
     if (auto failure = keeper.start()) std::rethrow_exception(failure);
     sigset_t previous;
-    const int signals = block_into_signalfd(false, previous);
+    const UniqueFd signals = block_into_signalfd(false, previous);
     const bool watch_stdin = stdin_can_signal_close();
     // The keeper's thread keeps the lease; this one only waits for the end of the hold.
     for (;;) {
-        std::vector<pollfd> fds{{signals, POLLIN, 0}, {watch_stdin ? STDIN_FILENO : -1, POLLIN, 0}};
+        std::vector<pollfd> fds{{signals.get(), POLLIN, 0}, {watch_stdin ? STDIN_FILENO : -1, POLLIN, 0}};
         const int ready = poll(fds.data(), fds.size(), -1);
-        if (ready < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+        if (ready < 0 && errno != EINTR) throw std::runtime_error("poll: " + errno_text(errno));
         if (fds[0].revents & POLLIN) return exit_ok;
         if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
             char buffer[4096];
@@ -215,7 +220,7 @@ public:
         std::string pattern = base.string();
         if (!::mkdtemp(pattern.data())) {
             throw std::runtime_error("cannot make a temp dir for the engine socket: " +
-                                     std::string(std::strerror(errno)));
+                                     errno_text(errno));
         }
         dir_ = pattern;
         reaper::ProxyOptions options;
@@ -284,7 +289,7 @@ int run(control::ControlClient& client, const std::string& session,
     }
 
     sigset_t previous;
-    const int signals = block_into_signalfd(true, previous);
+    const UniqueFd signals = block_into_signalfd(true, previous);
 
     posix_spawnattr_t attributes;
     posix_spawnattr_init(&attributes);
@@ -320,18 +325,18 @@ int run(control::ControlClient& client, const std::string& session,
     const int spawned = posix_spawnp(&child, argv[0], nullptr, &attributes, argv.data(), envp.data());
     posix_spawnattr_destroy(&attributes);
     if (spawned != 0) {
-        warn("cannot run " + command[0] + ": " + std::strerror(spawned));
+        warn("cannot run " + command[0] + ": " + errno_text(spawned));
         return spawned == ENOENT ? exit_not_found : exit_cannot_execute;
     }
 
     // The keeper's thread keeps the lease; it is dropped when `keeper` goes, as the tool ends.
     for (;;) {
-        pollfd fds{signals, POLLIN, 0};
+        pollfd fds{signals.get(), POLLIN, 0};
         const int ready = poll(&fds, 1, -1);
-        if (ready < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+        if (ready < 0 && errno != EINTR) throw std::runtime_error("poll: " + errno_text(errno));
         if (fds.revents & POLLIN) {
             signalfd_siginfo info{};
-            while (read(signals, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+            while (read(signals.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
                 const int signal = static_cast<int>(info.ssi_signo);
                 if (signal == SIGCHLD) continue;
                 // A signal the kernel sent (Ctrl-C, terminal hangup) went to the whole
@@ -359,7 +364,7 @@ void print_text(const std::string& text) {
 // passes (exit 75, saying what is left). Asking goes on while reaperd restarts. With `json`,
 // the last answer is printed as it came, one JSON object on a line.
 int wait_until_gone(control::ControlClient& client, const std::string& session,
-                    reaperd::Duration limit, bool json) {
+                    std::chrono::milliseconds limit, bool json) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + limit;
     std::optional<control::Reply> last;
@@ -374,7 +379,7 @@ int wait_until_gone(control::ControlClient& client, const std::string& session,
                     std::chrono::steady_clock::now() - start);
                 print_text(json ? last->json
                                 : "session " + session + ": nothing left (waited " +
-                                      reaperd::format_duration(took) + ")");
+                                      reaper::format_duration(took) + ")");
                 return exit_ok;
             }
             if (last->dry_run.value_or(false) && !told_dry_run) {
@@ -401,11 +406,11 @@ int wait_until_gone(control::ControlClient& client, const std::string& session,
     } else if (!last->ready.value_or(false)) {
         why = "reaperd has not listed the engine yet";
     } else {
-        why = reaperd::format_counts(last->remaining.value_or(control::KindCounts{})) +
+        why = reaperctl::format_counts(last->remaining.value_or(control::KindCounts{})) +
               " still there; reaperd keeps reaping (reaperctl status says why)";
     }
     if (json && last) print_text(last->json);
-    warn("session " + session + ": timed out after " + reaperd::format_duration(limit) + ": " + why);
+    warn("session " + session + ": timed out after " + reaper::format_duration(limit) + ": " + why);
     return exit_wait_timed_out;
 }
 
@@ -421,6 +426,7 @@ struct Arguments {
     std::optional<std::string> timeout; // end --wait --timeout DUR
     bool json = false;
     bool ended = false;                         // status --ended
+    bool pending = false;                       // status --pending
     std::optional<std::uint64_t> limit;         // status --limit N
     bool help = false;
     bool version = false;
@@ -454,7 +460,11 @@ Arguments parse_arguments(int argc, char** argv) {
                    (args.command == "status" || args.command == "end" || args.command == "orphan")) {
             args.json = true;
         } else if (word == "--ended" && args.command == "status") {
+            if (args.pending) throw UsageError{"--ended and --pending exclude each other"};
             args.ended = true;
+        } else if (word == "--pending" && args.command == "status") {
+            if (args.ended) throw UsageError{"--ended and --pending exclude each other"};
+            args.pending = true;
         } else if ((word == "--limit" || word.starts_with("--limit=")) && args.command == "status") {
             std::string text;
             if (word == "--limit") {
@@ -543,16 +553,16 @@ int dispatch(const Arguments& args) {
         expect_operands(args, 1, "one SESSION");
         validate_session_arg(args.operands[0]);
         if (args.timeout && !args.wait) throw UsageError{"--timeout is for end --wait"};
-        reaperd::Duration limit = default_wait_timeout;
+        std::chrono::milliseconds limit = default_wait_timeout;
         if (args.timeout) {
             try {
-                limit = reaperd::parse_duration(*args.timeout);
+                limit = reaper::parse_duration(*args.timeout);
             } catch (const std::invalid_argument& e) {
                 throw UsageError{std::string("--timeout: ") + e.what()};
             }
         }
         const auto reply = client.end(args.operands[0]);
-        print_text(args.json ? reply.json : reaperd::format_end_reply(args.operands[0], reply));
+        print_text(args.json ? reply.json : reaperctl::format_end_reply(args.operands[0], reply));
         if (!args.wait) return exit_ok;
         return wait_until_gone(client, args.operands[0], limit, args.json);
     }
@@ -573,17 +583,17 @@ int dispatch(const Arguments& args) {
             if (args.json) print_text(e.reply().json);
             throw;
         }
-        print_text(args.json ? reply.json : reaperd::format_orphan_reply(args.operands[0], reply));
+        print_text(args.json ? reply.json : reaperctl::format_orphan_reply(args.operands[0], reply));
         return exit_ok;
     }
     if (args.command == "status") {
-        expect_operands(args, 0, "no arguments besides --ended, --limit and --json");
-        const auto status = client.status_json({args.ended, args.limit});
+        expect_operands(args, 0, "no arguments besides --ended, --pending, --limit and --json");
+        const auto status = client.status_json({args.ended, args.limit, args.pending});
         if (args.json) {
             print_text(status);
         } else {
             try {
-                print_text(reaperd::format_status(status));
+                print_text(reaperctl::format_status(status));
             } catch (const std::invalid_argument& e) {
                 warn(std::string("cannot format the status (") + e.what() + "); raw JSON follows");
                 print_text(status);
@@ -614,7 +624,7 @@ int main(int argc, char** argv) {
         }
         const int code = dispatch(args);
         if (std::fflush(stdout) != 0) {
-            warn(std::string("writing output: ") + std::strerror(errno));
+            warn("writing output: " + errno_text(errno));
             return exit_error_reply;
         }
         return code;
