@@ -365,6 +365,21 @@ BOOST_AUTO_TEST_CASE(a_reap_for_a_session_alive_again_waits_for_its_next_end) {
     BOOST_TEST(Running::wait([&] { return !engine.exists("c"); }));
 }
 
+// A lease taken and dropped at once, then an explicit end: the door's count of leases opened
+// and the loop's agree (the tombstone keeps the loop's), so the reap is not refused as "came
+// alive" (a helper's first burst test saw it refused forever while the tombstone lost it).
+BOOST_AUTO_TEST_CASE(a_lease_dropped_then_an_end_reaps_without_a_refusal) {
+    TempDir dir;
+    FakeEngine engine;
+    engine.add("c", doomed);
+    Running r(fast_config(dir.path), engine);
+    r.daemon.lease_opened("doomed", 1);
+    r.daemon.lease_closed("doomed", 1);
+    r.daemon.end_session("doomed");
+    BOOST_TEST(Running::wait([&] { return !engine.exists("c"); }));
+    BOOST_TEST(r.status()->getObject("counters")->getObject("guard")->optValue<int>("refused_session_alive", 0) == 0);
+}
+
 // The loop's own metrics: sessions ended by reason, each reap's latency from its end, the
 // engine's last sync, and state saves that fail (the state dir replaced by a file).
 BOOST_AUTO_TEST_CASE(metrics_count_ends_by_reason_reap_latency_syncs_and_failed_saves) {
