@@ -42,28 +42,6 @@ bool is_alnum(char c) {
 }
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
-// Quotes a value from the file for a message, cut short and with control characters escaped.
-std::string quote(std::string_view text) {
-    constexpr std::size_t max_shown = 60;
-    std::string out = "\"";
-    for (std::size_t i = 0; i < text.size() && i < max_shown; ++i) {
-        const char c = text[i];
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-            constexpr char hex[] = "0123456789abcdef";
-            out += "\\x";
-            out += hex[(c >> 4) & 0xf];
-            out += hex[c & 0xf];
-        } else {
-            out += c;
-        }
-    }
-    if (text.size() > max_shown)
-        out += "...";
-    return out + "\"";
-}
 
 std::string join(const std::vector<std::string_view>& items, std::string_view separator) {
     std::string out;
@@ -118,7 +96,7 @@ std::string describe(const YAML::Node& node) {
     case YAML::NodeType::Map:
         return "a mapping";
     case YAML::NodeType::Scalar:
-        return quote(node.Scalar());
+        return reaper::quote_for_message(node.Scalar());
     case YAML::NodeType::Undefined:
         break;
     }
@@ -177,7 +155,7 @@ public:
         auto d = reaper::try_parse_duration(node.Scalar(), why);
         if (!d) {
             problem(mark, key,
-                    with_reason(std::string(duration_expected) + "; got " + quote(node.Scalar()), why));
+                    with_reason(std::string(duration_expected) + "; got " + reaper::quote_for_message(node.Scalar()), why));
             return;
         }
         out = *d;
@@ -193,7 +171,7 @@ public:
         auto bytes = reaper::try_parse_size(node.Scalar(), why);
         if (!bytes) {
             problem(mark, key,
-                    with_reason(std::string(size_expected) + "; got " + quote(node.Scalar()), why));
+                    with_reason(std::string(size_expected) + "; got " + reaper::quote_for_message(node.Scalar()), why));
             return;
         }
         out = *bytes;
@@ -210,11 +188,11 @@ public:
         unsigned value = 0;
         auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
         if (text.empty() || !is_digit(text.front()) || end != text.data() + text.size()) {
-            problem(mark, key, expected + quote(text));
+            problem(mark, key, expected + reaper::quote_for_message(text));
             return;
         }
         if (ec == std::errc::result_out_of_range) {
-            problem(mark, key, expected + quote(text) + ": too large");
+            problem(mark, key, expected + reaper::quote_for_message(text) + ": too large");
             return;
         }
         out = value;
@@ -553,26 +531,26 @@ void validate(Parser& p, const Config& c) {
     if (!c.engine.tls_cert_path.empty()) {
         check({"engine.tls_cert_path"}, absolute_path(c.engine.tls_cert_path), "engine.tls_cert_path",
               "expected an absolute path to a directory holding ca.pem, cert.pem and key.pem, or \"\"; got " +
-                  quote(c.engine.tls_cert_path));
+                  reaper::quote_for_message(c.engine.tls_cert_path));
         // Whether the files are there and fit is found when reaperd starts (exit 78 then).
         if (engine_address)
             check({"engine.tls_cert_path"}, engine_address->kind == reaper::EngineAddress::Kind::Tcp,
-                  "engine.tls_cert_path", "TLS is for tcp:// engines; engine.host is " + quote(c.engine.host));
+                  "engine.tls_cert_path", "TLS is for tcp:// engines; engine.host is " + reaper::quote_for_message(c.engine.host));
     }
     at_least("engine.request_timeout", c.engine.request_timeout, 100ms, "");
     check({"engine.api_version"}, c.engine.api_version.empty() || reaper::is_api_version(c.engine.api_version),
           "engine.api_version",
-          "expected an API version such as \"1.44\", or \"\" to negotiate; got " + quote(c.engine.api_version));
+          "expected an API version such as \"1.44\", or \"\" to negotiate; got " + reaper::quote_for_message(c.engine.api_version));
 
     check({"control.socket"}, absolute_path(c.control.socket) && c.control.socket.back() != '/',
           "control.socket",
-          "expected an absolute path such as /run/reaperd/control.sock; got " + quote(c.control.socket));
+          "expected an absolute path such as /run/reaperd/control.sock; got " + reaper::quote_for_message(c.control.socket));
     check({"control.socket"}, c.control.socket.size() <= max_unix_socket_path, "control.socket",
           "must be at most " + std::to_string(max_unix_socket_path) +
               " bytes long (the unix socket path limit); got " + std::to_string(c.control.socket.size()));
     if (!c.control.group.empty())
         check({"control.group"}, group_valid(c.control.group), "control.group",
-              "expected a group name or a numeric group id; got " + quote(c.control.group));
+              "expected a group name or a numeric group id; got " + reaper::quote_for_message(c.control.group));
     check({"control.max_connections"},
           c.control.max_connections >= 1 && c.control.max_connections <= max_control_connections,
           "control.max_connections",
@@ -603,7 +581,7 @@ void validate(Parser& p, const Config& c) {
     }
 
     check({"state.dir"}, absolute_path(c.state.dir), "state.dir",
-          "expected an absolute path such as /var/lib/reaperd; got " + quote(c.state.dir));
+          "expected an absolute path such as /var/lib/reaperd; got " + reaper::quote_for_message(c.state.dir));
 
     check({"sessions.labels"}, !c.sessions.labels.empty(), "sessions.labels",
           "must name at least one label key, such as [reaperd.session]");
@@ -615,12 +593,12 @@ void validate(Parser& p, const Config& c) {
             const std::string at = p.set_in_file(key) ? key : "sessions.labels";
             if (!label_key_valid(label))
                 p.problem(at, "expected a label key of letters, digits, '.', '-', '_' and '/', "
-                              "starting and ending with a letter or digit; got " + quote(label));
+                              "starting and ending with a letter or digit; got " + reaper::quote_for_message(label));
             else if (std::find(per_container_labels.begin(), per_container_labels.end(), label) !=
                      per_container_labels.end())
                 p.problem(at, label + " is a per-container setting of reaperd, not a session label");
             else if (!seen.insert(label).second)
-                p.problem(at, "duplicate label key " + quote(label));
+                p.problem(at, "duplicate label key " + reaper::quote_for_message(label));
         }
     }
     at_least("sessions.tombstone_ttl", c.sessions.tombstone_ttl, 1s,
@@ -667,7 +645,7 @@ void validate(Parser& p, const Config& c) {
         const bool ok = host_port_valid(c.metrics.listen, why);
         check({"metrics.listen"}, ok, "metrics.listen",
               with_reason("expected host:port such as 127.0.0.1:9324 or \"\" for no listener; got " +
-                              quote(c.metrics.listen),
+                              reaper::quote_for_message(c.metrics.listen),
                           why));
     }
 }
@@ -741,7 +719,7 @@ void reject_unparsable_tail(const std::string& text, const std::string& file) {
             continue;
         ConfigProblem p = file_problem(file, "invalid YAML: unexpected character");
         if (starts.last->pos >= 0 && static_cast<std::size_t>(starts.last->pos) < text.size())
-            p.message += " " + quote(std::string(1, text[static_cast<std::size_t>(starts.last->pos)]));
+            p.message += " " + reaper::quote_for_message(std::string(1, text[static_cast<std::size_t>(starts.last->pos)]));
         p.message += " where a document should start";
         p.line = starts.last->line + 1;
         p.column = starts.last->column + 1;

@@ -28,32 +28,10 @@ constexpr std::array<Unit, 4> size_format_units{{
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
-// The text for a message, cut short and with control characters escaped.
-std::string quote(std::string_view text) {
-    constexpr std::size_t max_shown = 60;
-    std::string out = "\"";
-    for (std::size_t i = 0; i < text.size() && i < max_shown; ++i) {
-        const char c = text[i];
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-            constexpr char hex[] = "0123456789abcdef";
-            out += "\\x";
-            out += hex[(c >> 4) & 0xf];
-            out += hex[c & 0xf];
-        } else {
-            out += c;
-        }
-    }
-    if (text.size() > max_shown)
-        out += "...";
-    return out + "\"";
-}
 
 std::invalid_argument invalid(std::string_view what, std::string_view text, const std::string& why,
                               std::string_view example) {
-    return std::invalid_argument("invalid " + std::string(what) + " " + quote(text) +
+    return std::invalid_argument("invalid " + std::string(what) + " " + quote_for_message(text) +
                                  (why.empty() ? "; expected e.g. " + std::string(example) : ": " + why));
 }
 
@@ -339,6 +317,28 @@ std::size_t invalid_utf8_at(std::string_view text) noexcept {
         i += length;
     }
     return std::string_view::npos;
+}
+
+std::string quote_for_message(std::string_view text) {
+    constexpr std::size_t max_shown = 60;
+    std::string out = "\"";
+    for (std::size_t i = 0; i < text.size() && i < max_shown; ++i) {
+        const char c = text[i];
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+            constexpr char hex[] = "0123456789abcdef";
+            out += "\\x";
+            out += hex[(c >> 4) & 0xf];
+            out += hex[c & 0xf];
+        } else {
+            out += c;
+        }
+    }
+    if (text.size() > max_shown)
+        out += "...";
+    return out + "\"";
 }
 
 }  // namespace reaper

@@ -65,4 +65,8 @@ inline bool valid_utf8(std::string_view text) noexcept {
     return invalid_utf8_at(text) == std::string_view::npos;
 }
 
+// A value from the user for an error message: in double quotes, cut after 60 bytes with
+// "...", quotes and backslashes escaped, control characters as \xNN.
+std::string quote_for_message(std::string_view text);
+
 }  // namespace reaper
