@@ -3,6 +3,7 @@
 // executable is run again inside it as the program under test, and the records are read
 // back with `journalctl -D STORAGE -o json`.
 #include "log.hpp"
+#include "private_journald.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -46,89 +47,21 @@ const bool emitter_ran = [] {
     std::_Exit(0);
 }();
 
-std::string run_output(const std::string& command) {
-    std::string out;
-    FILE* pipe = popen(command.c_str(), "r");
-    BOOST_REQUIRE(pipe != nullptr);
-    std::array<char, 4096> buf{};
-    std::size_t n = 0;
-    while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-    int status = pclose(pipe);
-    BOOST_TEST_INFO("command: " << command << "\noutput:\n" << out);
-    BOOST_REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    return out;
-}
+using reaper::test::file_text;
 
-std::string file_text(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
-// One journald session: starts it, runs the emitter in the ways the tests need, stops it.
-struct JournalRun {
-    std::filesystem::path dir;
-    std::string script_output;
-
-    JournalRun() {
-        char tmpl[] = "/tmp/reaperd-journal-test.XXXXXX";
-        BOOST_REQUIRE(mkdtemp(tmpl) != nullptr);
-        dir = tmpl;
-        std::filesystem::create_directories(dir / "storage");
-        std::filesystem::create_directories(dir / "run");
-        const std::string self = std::filesystem::read_symlink("/proc/self/exe");
-        // The emitter runs three ways: stderr is a file and no JOURNAL_STREAM (the journal
-        // socket decides); JOURNAL_STREAM names a stream that is not our stderr (plain lines);
-        // stderr really is a journal stream and JOURNAL_STREAM names it (native records).
-        const std::string script = R"(
-set -e
-dir=$1 self=$2
-mount -n -t tmpfs tmpfs /run
-mkdir -p /run/systemd/journal /run/log/journal /run/systemd/journald.conf.d
-mount -n --bind "$dir/storage" /run/log/journal
-printf '[Journal]\nStorage=volatile\nReadKMsg=no\nForwardToSyslog=no\nForwardToWall=no\nAudit=no\nRateLimitIntervalSec=0\n' \
-  >/run/systemd/journald.conf.d/test.conf
-/lib/systemd/systemd-journald >"$dir/journald.log" 2>&1 &
-journald=$!
-for _ in $(seq 1 400); do [ -S /run/systemd/journal/socket ] && break; sleep 0.05; done
-[ -S /run/systemd/journal/socket ] || { echo "journald did not start"; cat "$dir/journald.log"; exit 1; }
+// The emitter runs three ways: stderr is a file and no JOURNAL_STREAM (the journal
+// socket decides); JOURNAL_STREAM names a stream that is not our stderr (plain lines);
+// stderr really is a journal stream and JOURNAL_STREAM names it (native records).
+const char* const emitter_runs = R"(
 env -u JOURNAL_STREAM -u REAPERD_LOG_TARGET REAPERD_LOG_EMIT=socket "$self" 2>"$dir/socket.err" </dev/null
 env -u REAPERD_LOG_TARGET JOURNAL_STREAM=1:1 REAPERD_LOG_EMIT=foreign "$self" 2>"$dir/foreign.err" </dev/null
 systemd-cat -t stream-wrapper env -u REAPERD_LOG_TARGET REAPERD_LOG_EMIT=stream bash -c \
   'export JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2); exec "$0"' "$self" </dev/null
-journalctl --sync
-kill -TERM "$journald"
-wait "$journald" || true
 )";
-        std::ofstream(dir / "run.sh") << script;
-        script_output = run_output("unshare --mount --propagation private bash " +
-                                   (dir / "run.sh").string() + " " + dir.string() + " " + self +
-                                   " 2>&1");
-    }
-    ~JournalRun() {
-        std::error_code ignored;
-        std::filesystem::remove_all(dir, ignored);
-    }
 
-    // The records journald stored with TEST_RUN=<run>, as journalctl's JSON objects.
-    std::vector<Poco::JSON::Object::Ptr> records(const std::string& run) {
-        std::string out = run_output("journalctl --no-pager -D " + (dir / "storage").string() +
-                                     " -o json TEST_RUN=" + run);
-        std::vector<Poco::JSON::Object::Ptr> result;
-        std::istringstream lines(out);
-        std::string line;
-        while (std::getline(lines, line)) {
-            if (line.empty() || line.front() != '{') continue;
-            Poco::JSON::Parser parser;
-            result.push_back(parser.parse(line).extract<Poco::JSON::Object::Ptr>());
-        }
-        return result;
-    }
-};
-
-JournalRun& journal() {
-    static JournalRun run;
+// One journald session for all cases.
+const reaper::test::PrivateJournald& journal() {
+    static reaper::test::PrivateJournald run("reaperd-journal-test", emitter_runs);
     return run;
 }
 
@@ -141,8 +74,8 @@ std::string field(const Poco::JSON::Object::Ptr& record, const std::string& name
 
 BOOST_AUTO_TEST_CASE(without_journal_stream_the_socket_gets_structured_records) {
     BOOST_REQUIRE(!emitter_ran);
-    auto records = journal().records("socket");
-    BOOST_TEST_INFO("driver output:\n" << journal().script_output);
+    auto records = journal().records("TEST_RUN=socket");
+    BOOST_TEST_INFO("driver output:\n" << journal().output());
     BOOST_REQUIRE_EQUAL(records.size(), 2u);
 
     const auto& reaped = records[0];
@@ -166,20 +99,20 @@ BOOST_AUTO_TEST_CASE(without_journal_stream_the_socket_gets_structured_records) 
     BOOST_TEST(field(capped, "LOG_BYTES_DROPPED") == "73400320");
 
     // Nothing went to stderr: the journal took every record.
-    BOOST_TEST(file_text(journal().dir / "socket.err").empty());
+    BOOST_TEST(file_text(journal().dir() / "socket.err").empty());
 }
 
 BOOST_AUTO_TEST_CASE(journal_stream_of_someone_else_means_plain_stderr_lines) {
-    auto records = journal().records("foreign");
+    auto records = journal().records("TEST_RUN=foreign");
     BOOST_TEST(records.empty());
-    auto err = file_text(journal().dir / "foreign.err");
+    auto err = file_text(journal().dir() / "foreign.err");
     BOOST_TEST(err.find("<5>notice: container reaped CONTAINER_ID=c0ffee0123456789") == 0u);
     BOOST_TEST(err.find("MESSAGE_ID=" + std::string(reaperd::message_id::log_capped)) !=
                std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(stderr_that_is_the_journal_stream_gets_native_records) {
-    auto records = journal().records("stream");
+    auto records = journal().records("TEST_RUN=stream");
     BOOST_REQUIRE_EQUAL(records.size(), 2u);
     // Native (structured) records, not the stream's plain lines.
     BOOST_TEST(field(records[0], "_TRANSPORT") == "journal");

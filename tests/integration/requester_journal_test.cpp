@@ -5,6 +5,7 @@
 // namespace and this executable is run again inside it as the program under test: it serves
 // a control socket, and a child process of its own (another pid) is the client.
 #include "control_server.hpp"
+#include "private_journald.hpp"
 
 #include "reaper/control.hpp"
 
@@ -107,79 +108,17 @@ const bool emitter_ran = [] {
     std::_Exit(WIFEXITED(status) ? WEXITSTATUS(status) : 4);
 }();
 
-std::string run_output(const std::string& command) {
-    std::string out;
-    FILE* pipe = popen(command.c_str(), "r");
-    BOOST_REQUIRE(pipe != nullptr);
-    std::array<char, 4096> buf{};
-    std::size_t n = 0;
-    while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-    int status = pclose(pipe);
-    BOOST_TEST_INFO("command: " << command << "\noutput:\n" << out);
-    BOOST_REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    return out;
-}
+using reaper::test::file_text;
 
-std::string file_text(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
-struct JournalRun {
-    std::filesystem::path dir;
-    std::string script_output;
-
-    JournalRun() {
-        char tmpl[] = "/tmp/reaperd-requester-journal-test.XXXXXX";
-        BOOST_REQUIRE(mkdtemp(tmpl) != nullptr);
-        dir = tmpl;
-        std::filesystem::create_directories(dir / "storage");
-        const std::string self = std::filesystem::read_symlink("/proc/self/exe");
-        const std::string script = R"(
-set -e
-dir=$1 self=$2
-mount -n -t tmpfs tmpfs /run
-mkdir -p /run/systemd/journal /run/log/journal /run/systemd/journald.conf.d
-mount -n --bind "$dir/storage" /run/log/journal
-printf '[Journal]\nStorage=volatile\nReadKMsg=no\nForwardToSyslog=no\nForwardToWall=no\nAudit=no\nRateLimitIntervalSec=0\n' \
-  >/run/systemd/journald.conf.d/test.conf
-/lib/systemd/systemd-journald >"$dir/journald.log" 2>&1 &
-journald=$!
-for _ in $(seq 1 400); do [ -S /run/systemd/journal/socket ] && break; sleep 0.05; done
-[ -S /run/systemd/journal/socket ] || { echo "journald did not start"; cat "$dir/journald.log"; exit 1; }
+// The emitter (this binary again) serves its client inside the private journald's namespace;
+// its exit status is checked once journald has stored everything.
+const char* const emitter_run = R"(
 status=0
 env -u JOURNAL_STREAM -u REAPERD_LOG_TARGET REAPERD_REQUESTER_EMIT="$dir" "$self" 2>"$dir/emitter.err" </dev/null || status=$?
-journalctl --sync
-kill -TERM "$journald"
-wait "$journald" || true
+)";
+const char* const emitter_checked = R"(
 [ "$status" = 0 ] || { echo "emitter exited $status"; cat "$dir/emitter.err" "$dir/client.err" 2>/dev/null; exit 1; }
 )";
-        std::ofstream(dir / "run.sh") << script;
-        script_output = run_output("unshare --mount --propagation private bash " + (dir / "run.sh").string() +
-                                   " " + dir.string() + " " + self + " 2>&1");
-    }
-    ~JournalRun() {
-        std::error_code ignored;
-        std::filesystem::remove_all(dir, ignored);
-    }
-
-    // Every record the emitter's process stored, as journalctl's JSON objects, in order.
-    std::vector<Poco::JSON::Object::Ptr> records(const std::string& server_pid) {
-        const std::string out = run_output("journalctl --no-pager -D " + (dir / "storage").string() +
-                                           " -o json _PID=" + server_pid);
-        std::vector<Poco::JSON::Object::Ptr> result;
-        std::istringstream lines(out);
-        std::string line;
-        while (std::getline(lines, line)) {
-            if (line.empty() || line.front() != '{') continue;
-            Poco::JSON::Parser parser;
-            result.push_back(parser.parse(line).extract<Poco::JSON::Object::Ptr>());
-        }
-        return result;
-    }
-};
 
 std::string field(const Poco::JSON::Object::Ptr& record, const std::string& name) {
     if (!record->has(name)) return "<missing>";
@@ -190,20 +129,20 @@ std::string field(const Poco::JSON::Object::Ptr& record, const std::string& name
 
 BOOST_AUTO_TEST_CASE(lease_end_and_orphan_records_name_the_client_process_and_its_uid) {
     BOOST_REQUIRE(!emitter_ran);
-    JournalRun run;
-    BOOST_TEST_INFO("driver output:\n" << run.script_output);
-    std::istringstream client(file_text(run.dir / "client"));
+    reaper::test::PrivateJournald run("reaperd-requester-journal-test", emitter_run, emitter_checked);
+    BOOST_TEST_INFO("driver output:\n" << run.output());
+    std::istringstream client(file_text(run.dir() / "client"));
     std::string client_pid;
     std::string client_uid;
     client >> client_pid >> client_uid;
     BOOST_REQUIRE(!client_pid.empty());
     BOOST_TEST(client_uid == std::to_string(::getuid()));
-    std::string server_pid = file_text(run.dir / "server");
+    std::string server_pid = file_text(run.dir() / "server");
     server_pid.erase(server_pid.find_last_not_of('\n') + 1);
     BOOST_REQUIRE(!server_pid.empty());
     BOOST_TEST(client_pid != server_pid);  // the requester is the client, not the server
 
-    const auto records = run.records(server_pid);
+    const auto records = run.records("_PID=" + server_pid);
     std::vector<Poco::JSON::Object::Ptr> requests;
     std::vector<Poco::JSON::Object::Ptr> refusals;
     for (const auto& record : records) {
