@@ -818,8 +818,10 @@ BOOST_AUTO_TEST_CASE(a_persisted_entry_whose_file_is_gone_or_replaced_is_dropped
         BOOST_TEST_REQUIRE(eventually([&] { return first.watched() == 3u; }));
     }
     fs::remove_all(fs::path(gone.log_path).parent_path());
-    fs::remove(replaced.log_path);
-    std::ofstream(replaced.log_path).flush();  // a new inode at the same path
+    // Another file at the same path, made while the old one still exists: removing first and
+    // then creating can be handed the freed inode number again (CI's filesystem did).
+    std::ofstream(replaced.log_path + ".new").flush();
+    fs::rename(replaced.log_path + ".new", replaced.log_path);
     auto before = f.records.all().size();
     LogCapper capper(f.engine, options);
     capper.start();
