@@ -1,37 +1,27 @@
 #include "guard.hpp"
 
 #include <algorithm>
-#include <cctype>
 
 namespace reaperd {
 
 namespace {
 
-bool removal_in_progress(const reaper::EngineError& e) {
-    std::string text = e.engine_message().empty() ? e.what() : e.engine_message();
-    std::transform(text.begin(), text.end(), text.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return text.find("already in progress") != std::string::npos;
-}
-
 std::string short_id(const std::string& id) { return id.substr(0, 12); }
 
 // Runs one act's inspect-judge-call `step` and turns what it throws into the result: 404 is
-// `gone`; a 409 "removal already in progress" (only when `is_container_removal`) is
-// `removing`; anything else is `failed` with its text.
+// `gone`; the engine's own removal already under way is `removing`; anything else is
+// `failed` with its text. The engine's wording is the library's to read (RemovalInProgress).
 template <class Step>
-void settle(GuardResult& result, bool is_container_removal, Step&& step) {
+void settle(GuardResult& result, Step&& step) {
     try {
         step();
     } catch (const reaper::NotFound&) {
         result.outcome = Outcome::gone;
+    } catch (const reaper::RemovalInProgress&) {
+        result.outcome = Outcome::removing;
     } catch (const reaper::EngineError& e) {
-        if (is_container_removal && e.kind() == reaper::EngineErrorKind::Conflict && removal_in_progress(e)) {
-            result.outcome = Outcome::removing;
-        } else {
-            result.outcome = Outcome::failed;
-            result.error = describe(e);
-        }
+        result.outcome = Outcome::failed;
+        result.error = describe(e);
     } catch (const std::exception& e) {
         result.outcome = Outcome::failed;
         result.error = e.what();
@@ -137,7 +127,7 @@ Outcome judge(const std::optional<reaper::ContainerInfo>& inspected, const Guard
         return *refusal;
     if (request.expect.session_alive) return Outcome::refused_session_alive;
     if (request.act == ContainerAct::remove) {
-        if (inspected->state.status == "removing") return Outcome::removing;
+        if (inspected->state.removing()) return Outcome::removing;
     } else if (!inspected->state.running) {
         return Outcome::not_running;
     }
@@ -216,7 +206,7 @@ std::shared_ptr<const GuardConfig> Guard::config() const {
 GuardResult Guard::act(const GuardRequest& request) {
     const auto config = this->config();
     GuardResult result;
-    settle(result, request.act == ContainerAct::remove, [&] {
+    settle(result, [&] {
         std::optional<reaper::ContainerInfo> inspected;
         try {
             inspected = engine_.inspect(request.container);
@@ -241,7 +231,7 @@ GuardResult Guard::act(const ObjectRequest& request) {
     GuardResult result;
     // In use (a network's active endpoints: 403; a volume in use: 409) is a failure like any
     // other: retried with backoff until whatever holds it is gone.
-    settle(result, false, [&] {
+    settle(result, [&] {
         std::optional<InspectedObject> inspected;
         try {
             inspected = object.kind == ObjectKind::network

@@ -47,7 +47,7 @@ reaper::ContainerInfo Watcher::from_summary(const reaper::ContainerSummary& summ
     if (summary.created_unix_s > 0)
         info.created = format_rfc3339(TimePoint{std::chrono::seconds{summary.created_unix_s}});
     info.state.status = summary.state;
-    info.state.running = summary.state == "running";
+    info.state.running = summary.phase() == reaper::ContainerStatus::running;
     return info;
 }
 

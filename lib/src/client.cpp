@@ -225,6 +225,10 @@ int docker_status_of(int status, const std::string& message) {
     if (status != 500) return status;
     if (message.ends_with(": container state improper")) return 409;
     if (message.ends_with(": no such container")) return 404;
+    // A delete that waited on the container's lock while another delete removed it:
+    // libpod's ErrCtrRemoved. Podman's compat DELETE answers only 404 (ErrNoSuchCtr) or 500,
+    // never Docker's 409 "removal ... already in progress": the second delete finds it gone.
+    if (message.ends_with("container has already been removed")) return 404;
     // Networks and volumes: libpod's ErrNoSuchNetwork/ErrNoSuchVolume, ErrNetworkInUse and
     // ErrVolumeBeingUsed.
     if (message.ends_with(": no such network") || message.ends_with(": no such volume")) return 404;

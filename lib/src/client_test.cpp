@@ -317,6 +317,39 @@ BOOST_AUTO_TEST_CASE(typed_errors_are_catchable_by_type) {
     BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Closed, 0, "", ""), ClientClosed);
 }
 
+// The engine's wording is read here once: a 409 that says the engine is removing the
+// container already is RemovalInProgress (still a Conflict); other 409s are plain Conflicts.
+BOOST_AUTO_TEST_CASE(a_delete_refused_because_removal_is_under_way_is_its_own_type) {
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Conflict, 409,
+                                         "removal of container abc is already in progress", ""),
+                      RemovalInProgress);
+    BOOST_CHECK_THROW(throw_engine_error(EngineErrorKind::Conflict, 409, "Removal Of Container x Is Already In Progress", ""),
+                      RemovalInProgress);
+    try {
+        throw_engine_error(EngineErrorKind::Conflict, 409,
+                           "You cannot remove a running container abc. Stop the container before attempting removal or force remove", "");
+    } catch (const RemovalInProgress&) {
+        BOOST_FAIL("a running container's 409 is not a removal in progress");
+    } catch (const Conflict& e) {
+        BOOST_TEST(e.kind() == EngineErrorKind::Conflict);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(container_status_words_round_trip_and_others_are_unknown) {
+    for (auto status : {ContainerStatus::created, ContainerStatus::running, ContainerStatus::paused,
+                        ContainerStatus::restarting, ContainerStatus::removing, ContainerStatus::exited,
+                        ContainerStatus::dead})
+        BOOST_TEST((parse_container_status(to_string(status)) == status), to_string(status));
+    BOOST_TEST((parse_container_status("stopped") == ContainerStatus::unknown));  // Podman's own
+    BOOST_TEST((parse_container_status("") == ContainerStatus::unknown));
+    BOOST_TEST(std::string(to_string(ContainerStatus::unknown)) == "unknown");
+    ContainerState state;
+    state.status = "removing";
+    BOOST_TEST(state.removing());
+    state.status = "running";
+    BOOST_TEST(!state.removing());
+}
+
 // ---- a scripted fake engine -----------------------------------------------------------
 
 namespace {

@@ -382,7 +382,8 @@ void Session::remove_container(TeardownResult& result, bool force_first) noexcep
         } catch (...) {
             last_error = std::current_exception();
         }
-        // 409 "removal already in progress" ends with the container gone: look again.
+        // RemovalInProgress (the engine's own removal under way) ends with the container
+        // gone, as may any other failure: look again.
         try {
             engine_->inspect(id);
         } catch (const NotFound&) {

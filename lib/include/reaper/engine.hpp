@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace reaper {
@@ -67,7 +68,17 @@ REAPER_ENGINE_ERROR(ClientClosed, Closed)
 REAPER_ENGINE_ERROR(UnsupportedVersion, Unsupported)
 #undef REAPER_ENGINE_ERROR
 
-// Throws the typed subclass matching `kind`.
+// A delete refused because the engine is removing the container already (Docker's 409
+// "removal of container <id> is already in progress"): the container goes away without
+// another call, so a caller looks again rather than retrying. A Conflict (kind() is
+// Conflict), so `catch (const Conflict&)` sites see it as before.
+class RemovalInProgress : public Conflict {
+public:
+    using Conflict::Conflict;
+};
+
+// Throws the typed subclass matching `kind` and, for a Conflict, the engine's message: the
+// one place that reads the engine's wording for a refusal (RemovalInProgress).
 [[noreturn]] void throw_engine_error(EngineErrorKind kind, int status, std::string engine_message,
                                      const std::string& what);
 
@@ -92,18 +103,28 @@ struct EngineInfo {  // GET /info: only what reaperd uses
     std::string docker_root_dir;  // "DockerRootDir": where the json-file and local logs live
 };
 
+// A container's life-cycle status, typed from the engine's word for it (State.Status of an
+// inspect, State of a list row) so that callers never compare the engine's strings. Docker's
+// seven words, which Podman's compat API uses too; any other (Podman's own "stopped",
+// "stopping") is `unknown`.
+enum class ContainerStatus { unknown, created, running, paused, restarting, removing, exited, dead };
+ContainerStatus parse_container_status(std::string_view engine_word) noexcept;
+const char* to_string(ContainerStatus status) noexcept;  // the engine's word; "unknown"
+
 struct ContainerSummary {  // one row of GET /containers/json
     std::string id;
     std::vector<std::string> names;  // without the leading '/'
     std::string image;
     Labels labels;
-    std::string state;   // "created", "running", "exited", "removing", ...
+    std::string state;   // the engine's word: "created", "running", "exited", "removing", ...
     std::string status;  // human text, e.g. "Up 3 seconds"
     std::int64_t created_unix_s = 0;
+
+    ContainerStatus phase() const noexcept { return parse_container_status(state); }
 };
 
 struct ContainerState {
-    std::string status;  // as in ContainerSummary::state
+    std::string status;  // the engine's word, as in ContainerSummary::state (kept for messages)
     bool running = false;
     bool paused = false;
     bool restarting = false;
@@ -114,6 +135,10 @@ struct ContainerState {
     std::string health_status;  // "", "starting", "healthy", "unhealthy"
     std::string started_at;     // RFC 3339
     std::string finished_at;
+
+    ContainerStatus phase() const noexcept { return parse_container_status(status); }
+    // The engine is removing it already: a delete would be refused (RemovalInProgress).
+    bool removing() const noexcept { return phase() == ContainerStatus::removing; }
 };
 
 struct ContainerInfo {  // GET /containers/{id}/json, the fields we use
