@@ -121,8 +121,17 @@ void Daemon::post(Message message) {
     {
         std::lock_guard lock(queue_mutex_);
         queue_.push_back(std::move(message));
+        ++posted_;
     }
     queue_cv_.notify_one();
+}
+
+bool Daemon::settle(std::chrono::milliseconds limit) {
+    std::unique_lock lock(queue_mutex_);
+    queue_.push_back([](TimePoint) {});  // wakes the loop, which then reads the clock
+    const std::uint64_t target = ++posted_;
+    queue_cv_.notify_one();
+    return settled_cv_.wait_for(lock, limit, [&] { return settled_through_ >= target; });
 }
 
 std::string Daemon::ask(std::function<std::string(TimePoint)> fn) {
@@ -328,21 +337,28 @@ int Daemon::run() {
         signal_thread_ = std::thread([this] { signal_thread(); });
     }
 
-    TimePoint now = Clock::now();
+    TimePoint now = options_.clock();
     start_up(now);
     loop_running_ = true;
     for (;;) {
         std::deque<Message> batch;
         bool stop;
+        std::uint64_t taken;
         {
             std::lock_guard lock(queue_mutex_);
             batch.swap(queue_);
             stop = stop_requested_;
+            taken = posted_;
         }
-        now = Clock::now();
+        now = options_.clock();
         for (auto& message : batch) message(now);
         if (stop) break;
         turn(now);
+        {
+            std::lock_guard lock(queue_mutex_);
+            if (queue_.empty() && in_flight_ == 0) settled_through_ = taken;
+        }
+        settled_cv_.notify_all();
 
         TimePoint wake = now + std::chrono::seconds{60};
         if (auto next = decide(registry_, config_, now).next_wake) wake = std::min(wake, *next);
@@ -895,7 +911,7 @@ void Daemon::shut_down() {
         }
         if (in_flight_ > 0) --in_flight_;
     }
-    auto deadline = Clock::now() + options_.stop_timeout;
+    const auto deadline = std::chrono::steady_clock::now() + options_.stop_timeout;
     while (in_flight_ > 0) {
         std::deque<Message> batch;
         {
@@ -903,7 +919,7 @@ void Daemon::shut_down() {
             if (!queue_cv_.wait_until(lock, deadline, [this] { return !queue_.empty(); })) break;
             batch.swap(queue_);
         }
-        TimePoint now = Clock::now();
+        const TimePoint now = options_.clock();
         for (auto& message : batch) message(now);
     }
     if (in_flight_ > 0)

@@ -1,7 +1,8 @@
 // The daemon: one main loop that owns the registry and the persisted state. Every other
 // thread (control server, engine watcher, reaper workers, signal thread) only posts
-// messages to the loop's queue; the loop is the only one to read the clock, asks the pure
-// policy (policy.hpp) what to do, and does it.
+// messages to the loop's queue; the loop is the only one to read the clock
+// (DaemonOptions::clock), asks the pure policy (policy.hpp) what to do, and does it. Every
+// message and every turn gets the `now` the loop read once for its batch.
 //
 // status_json() returns this object (stable; reaperctl formats it):
 //   {"engine": "up"|"down"|"starting"|"unsupported", "engine_error": "..." (down and
@@ -71,8 +72,14 @@ struct DaemonOptions {
     bool handle_signals = true;   // SIGTERM/SIGINT stop, SIGHUP reloads
     bool control_server = true;   // serve config.control.socket (and metrics.listen, if set)
     bool log_caps = true;         // run the log capper (logcap.hpp)
-    // How long a stop waits for removals in flight before saving state and exiting.
+    // How long a stop waits for removals in flight before saving state and exiting (real
+    // time, whatever `clock` says).
     std::chrono::milliseconds stop_timeout{std::chrono::seconds{20}};
+    // The loop's only source of `now`: every deadline (lease grace, retries, tombstones,
+    // resync) is decided against it. A test passes a clock it moves forward itself, then
+    // calls Daemon::settle(), instead of sleeping through a grace. Called on the loop's
+    // thread only.
+    std::function<TimePoint()> clock = &Clock::now;
 };
 
 class Daemon final : public ControlHandler {
@@ -89,6 +96,14 @@ public:
     int run();
     void request_stop();    // thread-safe, like SIGTERM
     void request_reload();  // thread-safe, like SIGHUP
+
+    // For tests that drive `DaemonOptions::clock`: wakes the loop and waits until it has run
+    // every message posted before this call, then a turn at the clock's time after them, and
+    // was left with nothing queued and no removal in flight (the reaper pool's results come
+    // back as messages, so they are in). Returns false if that did not happen within `limit`
+    // (real time), e.g. the loop is not running or the engine keeps a removal busy.
+    // Thread-safe; changes nothing the loop would not have done on its own wake-up.
+    bool settle(std::chrono::milliseconds limit = std::chrono::seconds{30});
 
     // ControlHandler: thread-safe; each call is posted to the loop (end, session and orphan
     // wait for its answer).
@@ -184,6 +199,11 @@ private:
     std::condition_variable queue_cv_;
     std::deque<Message> queue_;
     bool stop_requested_ = false;  // guarded by queue_mutex_
+    // For settle(), guarded by queue_mutex_: messages posted so far, and how many of them the
+    // loop had run when a turn last left it idle (nothing queued, nothing in flight).
+    std::uint64_t posted_ = 0;
+    std::uint64_t settled_through_ = 0;
+    std::condition_variable settled_cv_;
     std::atomic<bool> loop_running_{false};
     std::atomic<bool> signals_done_{false};
     std::thread signal_thread_;

@@ -9,6 +9,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -41,18 +42,32 @@ Config fast_config(const std::string& state_dir) {
     return c;
 }
 
+// The loop's clock: real time, plus what a test skipped. Retries of a fault row still come
+// due within milliseconds, while a grace or a "nothing more happens" window is skipped at once
+// (advance(), then Daemon::settle()) rather than slept through.
+class SkippingClock {
+public:
+    TimePoint now() const { return Clock::now() + Clock::duration{skipped_.load()}; }
+    void skip(Clock::duration by) { skipped_ += by.count(); }
+
+private:
+    std::atomic<Clock::duration::rep> skipped_{0};
+};
+
 // A daemon turning on its own thread, without signals, control socket or log caps.
 struct Running {
+    SkippingClock clock;
     Daemon daemon;
     std::thread thread;
     int exit_code = -1;
 
     Running(Config config, FakeEngine& engine, bool wait_until_ready = true)
-        : daemon(std::move(config), engine, [] {
+        : daemon(std::move(config), engine, [this] {
               DaemonOptions o;
               o.handle_signals = false;
               o.control_server = false;
               o.log_caps = false;
+              o.clock = [this] { return clock.now(); };
               return o;
           }()) {
         thread = std::thread([this] { exit_code = daemon.run(); });
@@ -73,6 +88,16 @@ struct Running {
     std::uint64_t counter(const std::string& name) {
         return status()->getObject("counters")->getValue<std::uint64_t>(name);
     }
+    // Lets the loop handle what was posted so far at the current time, then moves its clock
+    // forward by `by` and waits until it has turned at that time and every removal that turn
+    // started has come back.
+    void advance(Clock::duration by) {
+        BOOST_REQUIRE(daemon.settle());
+        clock.skip(by);
+        BOOST_REQUIRE(daemon.settle());
+    }
+    // Polls state that other threads (the reaper pool, the watcher) change: what is waited
+    // for is their work, never a daemon deadline, which advance() skips instead.
     static bool wait(const std::function<bool()>& condition, std::chrono::milliseconds limit = 30s) {
         auto deadline = std::chrono::steady_clock::now() + limit;
         while (!condition()) {
@@ -190,9 +215,12 @@ BOOST_AUTO_TEST_CASE(leases_keep_a_session_and_the_grace_ends_it) {
     r.daemon.lease_opened("alive", 1);
     r.daemon.lease_opened("alive", 2);
     r.daemon.lease_closed("alive", 1);
-    std::this_thread::sleep_for(400ms);  // 4x lease_grace, with one lease still open
+    r.advance(400ms);  // 4x lease_grace, with one lease still open
     BOOST_TEST(engine.exists("a"));
+    BOOST_TEST(r.status()->getValue<int>("pending_reaps") == 0);
+    BOOST_TEST(r.status()->getArray("sessions")->getObject(0)->getValue<std::string>("state") == "leased");
     r.daemon.lease_closed("alive", 2);
+    r.advance(100ms);  // lease_grace
     BOOST_TEST(Running::wait([&] { return !engine.exists("a"); }));
     auto sessions = r.status()->getArray("sessions");
     BOOST_REQUIRE(sessions->size() == 1u);
@@ -256,7 +284,7 @@ BOOST_AUTO_TEST_CASE(dry_run_removes_nothing) {
         auto actions = r.status()->getObject("counters")->getObject("actions");
         return actions->has("would_reap") && actions->getValue<int>("would_reap") == 2;
     }));
-    std::this_thread::sleep_for(200ms);
+    r.advance(200ms);  // past every retry delay: nothing more is due
     BOOST_TEST(engine.exists("c"));
     BOOST_TEST(engine.destructive_calls().empty());
 }
@@ -285,7 +313,7 @@ BOOST_AUTO_TEST_CASE(an_orphan_reported_by_name_is_retried_by_its_full_id_only) 
     engine.add_silently(second, {{"reaperd.session", "B"}});
     engine.rename(second, "web");
     BOOST_TEST(Running::wait([&] { return r.status()->getValue<int>("pending_reaps") == 0; }));
-    std::this_thread::sleep_for(200ms);
+    r.advance(200ms);  // past every retry delay: a retry by name would have come
     BOOST_TEST(engine.exists(second));
     BOOST_TEST(never_touched(engine, {second}));
 }
@@ -313,7 +341,7 @@ BOOST_AUTO_TEST_CASE(an_orphan_report_that_names_no_owned_container_of_its_sessi
     auto ambiguous = refusal("aaa", "A");
     BOOST_TEST(ambiguous.find("multiple IDs found") != std::string::npos, ambiguous);
     BOOST_TEST(refusal("plain", "").find("carries no session label") != std::string::npos);
-    std::this_thread::sleep_for(100ms);
+    r.advance(100ms);
     BOOST_TEST(r.status()->getValue<int>("pending_reaps") == 0);
     BOOST_TEST(engine.destructive_calls().empty());
     // A unique prefix is pinned to its full id.
@@ -361,7 +389,8 @@ BOOST_AUTO_TEST_CASE(a_reap_for_a_session_alive_again_waits_for_its_next_end) {
     BOOST_TEST(Running::wait([&] { return r.status()->getValue<int>("pending_reaps") == 0; }));
     BOOST_TEST(engine.exists("c"));
     BOOST_TEST(r.status()->getObject("counters")->getObject("guard")->getValue<int>("refused_session_alive") >= 1);
-    r.daemon.lease_closed("doomed", 7);  // lease_grace 100ms, then it ends again
+    r.daemon.lease_closed("doomed", 7);
+    r.advance(100ms);  // lease_grace: it ends again
     BOOST_TEST(Running::wait([&] { return !engine.exists("c"); }));
 }
 
@@ -405,7 +434,8 @@ BOOST_AUTO_TEST_CASE(metrics_count_ends_by_reason_reap_latency_syncs_and_failed_
     r.daemon.end_session("doomed");
     BOOST_TEST(Running::wait([&] { return !engine.exists("c"); }));
     r.daemon.lease_opened("alive", 1);
-    r.daemon.lease_closed("alive", 1);  // lease_grace 100ms
+    r.daemon.lease_closed("alive", 1);
+    r.advance(100ms);  // lease_grace
     BOOST_TEST(Running::wait([&] { return !engine.exists("a"); }));
     BOOST_TEST(Running::wait([&] { return value("reaperd_reaps_total") == "2"; }));
     BOOST_TEST(value("reaperd_reap_latency_seconds_count") == "2");
@@ -501,11 +531,12 @@ BOOST_AUTO_TEST_CASE(a_lease_dropped_takes_a_volume_only_session_and_dry_run_onl
         Running r(config, engine);
         r.daemon.lease_opened("doomed", 1);
         r.daemon.lease_closed("doomed", 1);
+        r.advance(100ms);  // lease_grace
         BOOST_TEST(Running::wait([&] {
             auto actions = r.status()->getObject("counters")->getObject("actions");
             return actions->has("would_reap") && actions->getValue<int>("would_reap") == 1;
         }));
-        std::this_thread::sleep_for(200ms);
+        r.advance(200ms);  // twice lease_grace and past every retry delay
         auto actions = r.status()->getObject("counters")->getObject("actions");
         BOOST_TEST(actions->getValue<int>("would_reap") == 1);  // once
         BOOST_TEST(engine.has_volume("only"));
@@ -536,7 +567,7 @@ BOOST_AUTO_TEST_CASE(a_volume_name_taken_by_a_live_session_is_refused_once_and_l
     BOOST_TEST(Running::wait([&] {
         return r.status()->getObject("counters")->getObject("guard")->has("refused_other_session");
     }));
-    std::this_thread::sleep_for(300ms);
+    r.advance(300ms);  // past every retry delay: a second attempt would have come
     BOOST_TEST(r.status()->getObject("counters")->getObject("guard")->getValue<int>("refused_other_session") == 1);
     BOOST_TEST(status_int(r, "pending_volume_reaps") == 0);
     BOOST_TEST(engine.has_volume("data"));
