@@ -36,8 +36,10 @@
 //
 // Usage: load_bench [--seconds N] [--sessions N] [--containers N] [--max-running N]
 //                   [--threads N] [--lease-grace-ms N] [--settle-seconds N] [--seed N]
-//                   [--history N]
-// (defaults 300, 200, 2000, 300, 8, 1000, 120, 1, 0). --history N first ends N sessions that
+//                   [--history N] [--engine-percent N]
+// (defaults 300, 200, 2000, 300, 8, 1000, 120, 1, 0). --engine-percent N makes the containers
+// N% of what the engine was measured to sustain for the load's mix in the same run (instead of
+// --containers): a load this machine's engine can carry. --history N first ends N sessions that
 // never had a container, so the load runs against N tombstones, as reaperd would after hours
 // of such a load (tombstones live sessions.tombstone_ttl, 24h by default). Exit status 0 when every check held,
 // 1 when one failed, 2 when the bench could not run, 64 on a usage error.
@@ -244,6 +246,10 @@ struct Options {
     int settle_seconds = 120;
     unsigned seed = 1;
     std::size_t history = 0;  // ended sessions seeded before the load, as after hours of use
+    // When set, the containers are this share of what the engine was measured to sustain for
+    // the load's mix in this run (replacing `containers`): issue 11's "or the most this
+    // machine's engine sustains". 0: `containers` as given.
+    unsigned engine_percent = 0;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -267,6 +273,10 @@ Options parse_options(int argc, char** argv) {
         else if (arg == "--settle-seconds") o.settle_seconds = int(value(1));
         else if (arg == "--seed") o.seed = unsigned(value(0));
         else if (arg == "--history") o.history = std::size_t(value(0));
+        else if (arg == "--engine-percent") {
+            o.engine_percent = unsigned(value(1));
+            if (o.engine_percent > 100) throw std::invalid_argument("--engine-percent is at most 100");
+        }
         else throw std::invalid_argument("unknown argument " + arg);
     }
     return o;
@@ -720,6 +730,59 @@ std::map<std::string, std::string> labelled_containers(reaper::Engine& engine) {
     return out;
 }
 
+// The engine's own force-remove under the load: every 3 s, creates and starts an unlabelled
+// container (no session: reaperd leaves it alone) and times the force-remove of it, as
+// reaperd's reaps do of theirs. The calibration before the load times the same call on an
+// idle engine, where it took a third of what it did under the load at 5x (172 vs 843 ms
+// median), so the ends' latency is compared with the engine's under the same load.
+class RemoveProbe {
+public:
+    explicit RemoveProbe(const reaper::ClientOptions& client_options) : engine_(client_options) {
+        thread_ = std::thread([this] { run(); });
+    }
+    ~RemoveProbe() { stop(); }
+    void stop() {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        cv_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+    std::vector<double> remove_ms() const {
+        std::lock_guard lock(mutex_);
+        return remove_ms_;
+    }
+
+private:
+    void run() {
+        for (;;) {
+            {
+                std::unique_lock lock(mutex_);
+                if (cv_.wait_for(lock, 3s, [this] { return stopping_; })) return;
+            }
+            try {
+                auto id = engine_.create(sleeper("remove-probe", {}));
+                engine_.start(id);
+                auto t0 = Clock::now();
+                engine_.remove(id, {.force = true, .volumes = true});
+                double ms = ms_between(t0, Clock::now());
+                std::lock_guard lock(mutex_);
+                remove_ms_.push_back(ms);
+            } catch (const std::exception&) {
+                // An engine too busy to answer: that sample is missing, the load goes on.
+            }
+        }
+    }
+
+    reaper::Client engine_;
+    std::vector<double> remove_ms_;
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
 struct RegistryView {
     std::size_t tracked = 0;
     std::size_t pending = 0;
@@ -728,8 +791,8 @@ struct RegistryView {
     std::map<std::string, std::size_t> leases_by_session;
 };
 
-RegistryView registry_view(const Reaperd& reaperd) {
-    auto status = reaperd.status();
+RegistryView registry_view(const Reaperd& reaperd, const reaper::control::StatusQuery& query = {false, 1'000'000}) {
+    auto status = reaperd.status(query);
     RegistryView view;
     view.tracked = status->getValue<std::size_t>("tracked_containers");
     view.pending = status->getValue<std::size_t>("pending_reaps");
@@ -844,8 +907,9 @@ std::pair<std::size_t, std::size_t> log_warnings_errors(const std::string& log) 
     return {warnings, errors};
 }
 
-// Waits until `done` holds, polling every second; true if it did within `limit`.
-bool poll(std::chrono::seconds limit, const std::function<bool()>& done) {
+// Waits until `done` holds, polling every `interval`; true if it did within `limit`.
+bool poll(std::chrono::seconds limit, const std::function<bool()>& done,
+          std::chrono::milliseconds interval = std::chrono::seconds(1)) {
     auto deadline = Clock::now() + limit;
     for (;;) {
         try {
@@ -854,7 +918,7 @@ bool poll(std::chrono::seconds limit, const std::function<bool()>& done) {
             // reaperd busy or not answering: try again.
         }
         if (Clock::now() > deadline) return false;
-        std::this_thread::sleep_for(1s);
+        std::this_thread::sleep_for(interval);
     }
 }
 
@@ -868,7 +932,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         std::fprintf(stderr,
                      "%s\nusage: %s [--seconds N] [--sessions N] [--containers N] [--max-running N] [--threads N]\n"
-                     "       [--lease-grace-ms N] [--settle-seconds N] [--seed N] [--history N]\n",
+                     "       [--lease-grace-ms N] [--settle-seconds N] [--seed N] [--history N] [--engine-percent N]\n",
                      e.what(), argv[0]);
         return 64;
     }
@@ -892,11 +956,17 @@ int main(int argc, char** argv) {
         if (::getloadavg(load, 3) == 3) std::printf(" %.2f %.2f %.2f", load[0], load[1], load[2]);
         std::printf("\n\nmeasuring the engine with %u client threads (24 containers each way)...\n", options.threads);
         auto capacity = measure_capacity(client_options, options.threads);
-        double rate = double(options.containers) / options.seconds;
         // Half the creations are also started: the load's mix costs, per container, the mean
         // of a create and a create+start, plus a force-remove.
         double mix_per_s = 1 / (0.5 / capacity.create_per_s + 0.5 / capacity.create_start_per_s +
                                 1 / capacity.remove_per_s);
+        if (options.engine_percent > 0) {
+            options.containers = std::max<std::size_t>(
+                1, std::size_t(std::llround(mix_per_s * options.engine_percent / 100 * options.seconds)));
+            std::printf("  --engine-percent %u: %zu containers, %u%% of what this engine sustains for the mix\n",
+                        options.engine_percent, options.containers, options.engine_percent);
+        }
+        double rate = double(options.containers) / options.seconds;
         std::printf("  create %.1f/s, create+start %.1f/s, force-remove (running) %.1f/s (each call: median %.0f ms)\n",
                     capacity.create_per_s, capacity.create_start_per_s, capacity.remove_per_s,
                     percentile(capacity.remove_ms, 50));
@@ -971,7 +1041,9 @@ int main(int argc, char** argv) {
                 std::printf("  status failed: %s\n", e.what());
             }
         });
+        RemoveProbe remove_probe(client_options);
         load_player.run();
+        remove_probe.stop();
         sampler.progress_done();
         auto t_load_end = Clock::now();
         double load_s = seconds_between(t0, t_load_end);
@@ -982,12 +1054,39 @@ int main(int argc, char** argv) {
 
         // ---- convergence: every ended session reaped, the registry equal to the engine --------
         std::vector<std::string> problems;
-        bool converged = poll(std::chrono::seconds(options.settle_seconds), [&] {
-            auto engine_has = labelled_containers(engine);
-            problems = compare(view(), engine_has, book.sessions());
-            return problems.empty();
-        });
+        // Checked every 100 ms, in two steps. The time is when a check that found them equal
+        // began: first with a plain status (live sessions, counts, pending reaps: what
+        // `reaperctl status` shows), the live sessions' records and the engine's list; a
+        // container left of an ended session shows there as a count the engine has and reaperd
+        // does not list. Then the whole registry, every ended session's state included, must
+        // agree too. That whole status of a few thousand sessions takes up to a second and more
+        // itself under this load (1.4 s measured as "equal after" with it alone at 1,000
+        // leases): the bench's cost, not reaperd's lag.
+        std::map<std::string, SessionRecord> live_sessions;
+        for (const auto& [id, record] : book.sessions())
+            if (!record.ended) live_sessions.emplace(id, record);
         auto t_converged = Clock::now();
+        bool converged = poll(
+            std::chrono::seconds(options.settle_seconds),
+            [&] {
+                auto t_check = Clock::now();
+                problems = compare(registry_view(reaperd, {}), labelled_containers(engine), live_sessions);
+                if (problems.empty()) t_converged = t_check;
+                return problems.empty();
+            },
+            100ms);
+        if (converged)
+            converged = poll(
+                std::chrono::seconds(options.settle_seconds),
+                [&, missed = false]() mutable {
+                    auto t_check = Clock::now();
+                    problems = compare(view(), labelled_containers(engine), book.sessions());
+                    // Equal only from a later check (the plain one missed something): its time.
+                    if (problems.empty() && missed) t_converged = t_check;
+                    missed = missed || !problems.empty();
+                    return problems.empty();
+                },
+                100ms);
         double settle_s = seconds_between(t_load_end, t_converged);
         auto event_counts = events.counts();
         double cpu_load = cpu_seconds(reaperd.pid()) - cpu_start;
@@ -1132,6 +1231,10 @@ int main(int argc, char** argv) {
         std::printf("  %-44s %6zu %8.0f %8.0f %8.0f %8.0f\n", "baseline: engine force-remove call (calib.)",
                     capacity.remove_ms.size(), percentile(capacity.remove_ms, 50), percentile(capacity.remove_ms, 90),
                     percentile(capacity.remove_ms, 99), percentile(capacity.remove_ms, 100));
+        const auto probe_ms = remove_probe.remove_ms();
+        std::printf("  %-44s %6zu %8.0f %8.0f %8.0f %8.0f\n", "engine force-remove call during the load",
+                    probe_ms.size(), percentile(probe_ms, 50), percentile(probe_ms, 90), percentile(probe_ms, 99),
+                    percentile(probe_ms, 100));
         std::printf("\nreaperd\n");
         std::printf("  %-44s %.1f/s (%zu create/start/destroy in %.0f s; all container events: %.1f/s)\n",
                     "events handled", double(followed) / window_s, followed, window_s, double(all_events) / window_s);
@@ -1160,7 +1263,7 @@ int main(int argc, char** argv) {
         // Issue 11's targets, printed beside the figures (met/missed). They are what this load
         // should show on an idle machine; the exit status stays about correctness, as a
         // noisy CI machine can miss a latency target without reaperd being wrong.
-        const double remove_p99 = percentile(capacity.remove_ms, 99);
+        const double remove_p99 = percentile(probe_ms, 99);
         const double peak_rss = std::max(sampler.peak_rss_mb(), rss_after_load);
         auto target_row = [](const char* what, double figure, const char* unit, double target, const char* how) {
             std::printf("  %-52s %8.1f %-3s target <= %-8.1f %s  (%s)\n", what, figure, unit, target,
@@ -1169,8 +1272,11 @@ int main(int argc, char** argv) {
         std::printf("\ntargets (issue 11, at 1,000 leases and 10,000 containers over 10 minutes)\n");
         target_row("late container reaped after its create, p99", percentile(latencies.late_ms, 99), "ms", 1500,
                    "absolute");
-        target_row("all ends p99 / engine's own force-remove p99", remove_p99 > 0 ? percentile(all, 99) / remove_p99 : NAN,
+        target_row("all ends p99 / engine's force-remove p99 in the load", remove_p99 > 0 ? percentile(all, 99) / remove_p99 : NAN,
                    "x", 1.2, "ratio in this run");
+        std::printf("  %-52s %8.1f x  (the same call on the idle engine, before the load)\n",
+                    "all ends p99 / engine's force-remove p99 at calibration",
+                    percentile(capacity.remove_ms, 99) > 0 ? percentile(all, 99) / percentile(capacity.remove_ms, 99) : NAN);
         target_row("registry equal to the engine after the load", converged ? settle_s : NAN, "s", 1.0, "absolute");
         target_row("reaperd RSS, peak", peak_rss, "MB", 64, "absolute");
         std::printf("\nwall time %.0f s\n", seconds_between(wall0, Clock::now()));

@@ -78,10 +78,11 @@ public:
     reaper::control::ControlClient control() const {
         return reaper::control::ControlClient(socket(), std::chrono::seconds(10));
     }
-    Poco::JSON::Object::Ptr status() const {
+    // By default every session, the ended ones too (a plain status, `{}`, lists the live ones
+    // and only the newest few ended).
+    Poco::JSON::Object::Ptr status(const reaper::control::StatusQuery& query = {false, 1'000'000}) const {
         Poco::JSON::Parser parser;
-        // Every session, the ended ones too (a plain status lists only the newest few ended).
-        return parser.parse(control().status_json({false, 1'000'000})).extract<Poco::JSON::Object::Ptr>();
+        return parser.parse(control().status_json(query)).extract<Poco::JSON::Object::Ptr>();
     }
 
     // True once the process has ended (and then it is reaped).

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <malloc.h>
 #include <optional>
 #include <string>
 
@@ -46,6 +47,11 @@ void print_problems(const reaperd::ConfigError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Two malloc arenas instead of glibc's 8 per core: reaperd's ~30 threads (reaper pool,
+    // inspect pool, control server, watcher, log capper) allocate little and rarely at the same
+    // time, but each arena keeps what its thread freed. Before it, scripts/load.sh at 1,000
+    // leases peaked at 65.8 MB of RSS, ~20 KB per tracked container.
+    ::mallopt(M_ARENA_MAX, 2);
     std::string config_path;
     bool check_only = false;
     for (int i = 1; i < argc; ++i) {
