@@ -509,6 +509,13 @@ const Fault faults[] = {
      "No such container: abc"},
     {"500 engine error", {http(500, R"({"message":"driver failed"})")}, EngineErrorKind::Server, 500, "driver failed"},
     {"500 plain text", {http(500, "plain words\n")}, EngineErrorKind::Server, 500, "plain words"},
+    // Podman's dialect: a 500 whose message ends with libpod's cause reads as Docker's status.
+    {"podman 500, container state improper", {http(500, R"({"message":"cannot remove container abc as it is running: container state improper"})")},
+     EngineErrorKind::Conflict, 500, "container state improper"},
+    {"podman 500, no such container", {http(500, R"({"message":"abc: no such container"})")},
+     EngineErrorKind::NotFound, 500, "no such container"},
+    {"podman 500, removed by another delete", {http(500, R"({"message":"removing container abc: container has already been removed"})")},
+     EngineErrorKind::NotFound, 500, "already been removed"},
     {"400 bad request", {http(400, R"({"message":"bad parameter"})")}, EngineErrorKind::BadRequest, 400,
      "bad parameter"},
     {"hung: no answer", {"", true}, EngineErrorKind::Timeout, 0, "no answer"},
