@@ -31,10 +31,14 @@ const std::string session_label = "reaperd.session";
 
 // ~2.9 MB of json log (15,000 lines of ~195 bytes), then quiet: a writer that passes a
 // small cap once and then keeps running.
-const std::vector<std::string> burst_then_sleep = {
-    "sh", "-c",
-    "yes 0123456789012345678901234567890123456789012345678901234567890123456789"
-    "012345678901234567890123456789012345678901234567890123456789 | head -n 15000; exec sleep 600"};
+// `lines` json log lines of ~201 bytes each (130 characters of text), then quiet.
+std::vector<std::string> burst_of(int lines) {
+    return {"sh", "-c",
+            "yes 0123456789012345678901234567890123456789012345678901234567890123456789"
+            "012345678901234567890123456789012345678901234567890123456789 | head -n " +
+                std::to_string(lines) + "; exec sleep 600"};
+}
+const std::vector<std::string> burst_then_sleep = burst_of(15000);
 // A runaway: about 70 MB/s of json log here.
 const std::vector<std::string> runaway = {"yes"};
 
@@ -257,12 +261,15 @@ BOOST_AUTO_TEST_CASE(a_container_without_a_log_file_is_skipped_with_a_message) {
 
 BOOST_AUTO_TEST_CASE(rotated_files_count_toward_the_cap) {
     Fixture f;
-    // The engine rotates at 1 MiB and keeps 3 files: up to 3 MiB on disk, never more than
-    // 1 MiB in the live file. The burst writes ~2.8 MiB of json lines; only counting the
-    // rotations brings that over a 2 MiB cap (2.5 MiB left too thin a margin: seen flaky).
+    // The engine reads max-size as decimal: it rotates at 1,000,000 bytes and keeps 3 files.
+    // The burst writes 13,000 json lines of ~201 bytes (2.61 MB), which settle as two full
+    // rotations and a 0.61 MB live file: only counting the rotations brings that over a
+    // 2 MiB (2.10 MB) cap, and it stays over once the burst is done. A burst of 15,000 lines
+    // settled at 2.01 MB after a third rotation dropped the oldest file: a capper slowed down
+    // by a loaded machine (CI) could miss the moment it was over and never cut.
     LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 2 * MiB));
     capper.start();
-    auto id = f.run(burst_then_sleep, "s-rotate",
+    auto id = f.run(burst_of(13000), "s-rotate",
                     reaper::LogConfig{"json-file", {{"max-size", "1m"}, {"max-file", "3"}}});
     auto c = f.describe(id);
     capper.add(c);
