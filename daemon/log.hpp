@@ -19,19 +19,21 @@ struct LogField {
     std::string value;
 };
 
-// Stable ids (128-bit, as journald wants them) for each kind of event, so users can
-// `journalctl MESSAGE_ID=...`. Never change a published one.
+// Stable ids for each kind of event, so users can `journalctl MESSAGE_ID=...`: each one from
+// `systemd-id128 new`, as sd-journal(3) asks, so no other program's id collides with ours
+// (the hand-numbered ids of 0.1.0's development were replaced before any release). A new
+// kind gets a new id and an entry in systemd/reaperd.catalog; never change a published one.
 namespace message_id {
-inline constexpr std::string_view container_reaped = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a01";
-inline constexpr std::string_view reap_failed = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a02";
-inline constexpr std::string_view log_capped = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a03";
-inline constexpr std::string_view session_ended = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a04";
-inline constexpr std::string_view engine_lost = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a05";
-inline constexpr std::string_view engine_back = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a06";
-inline constexpr std::string_view would_reap = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a08";
-inline constexpr std::string_view network_reaped = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a09";
-inline constexpr std::string_view volume_reaped = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a0a";
-inline constexpr std::string_view object_reap_failed = "8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a0b";
+inline constexpr std::string_view container_reaped = "0e62ab2724b54aa1a1c7ea5d3e0bebbf";
+inline constexpr std::string_view reap_failed = "347221861dca45598661bf3fe804fa0e";
+inline constexpr std::string_view log_capped = "b39fa64419c04d89acfc9bc2a5ef00cc";
+inline constexpr std::string_view session_ended = "3c83583be2ab4b1baf196fe145337242";
+inline constexpr std::string_view engine_lost = "9bf899df198e4c9c9f069b9e0532b01a";
+inline constexpr std::string_view engine_back = "221f3762af65456c9c49d8d32ced405f";
+inline constexpr std::string_view would_reap = "0b3bee67999b493eaee1967646265f79";
+inline constexpr std::string_view network_reaped = "6eb67f8885eb49a18e7fe87168118d73";
+inline constexpr std::string_view volume_reaped = "1943ff664609426cac0668cb3aa013c1";
+inline constexpr std::string_view object_reap_failed = "622bf8b5ccae4399b1b7684582602294";
 inline constexpr std::string_view engine_unsupported = "5e3d39f5a5394c3bae9f001d0ffc2d30";
 }  // namespace message_id
 

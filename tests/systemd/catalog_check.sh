@@ -34,6 +34,6 @@ for id in $ids; do
     failures=$((failures + 1))
   fi
 done
-journalctl --root="$work/root" --dump-catalog 8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a01 | head -3
+journalctl --root="$work/root" --dump-catalog 0e62ab2724b54aa1a1c7ea5d3e0bebbf | head -3
 echo "catalog: $(wc -l <<<"$ids") ids, $failures problems"
 ((failures == 0))

@@ -265,7 +265,7 @@ if docker_cli inspect "$bystander" >/dev/null 2>&1 && docker_cli inspect "$conta
 else
   fail "an unlabelled container was removed"
 fi
-reaped_id=8f1a6c2e3b7d4e5f9a0b1c2d3e4f5a01
+reaped_id=0e62ab2724b54aa1a1c7ea5d3e0bebbf
 record=""
 has_reap_record() {
   record=$(journal_json "MESSAGE_ID=$reaped_id" "CONTAINER_ID=$victim" | tail -n 1)
