@@ -33,10 +33,6 @@ namespace {
 
 constexpr int state_version = 1;
 constexpr int journal_version = 1;
-// Compact when the journal passes a quarter of the snapshot, and never below this. A journal
-// line costs more to load than a snapshot entry (each is parsed on its own): at half, the
-// 4.8 MB journal beside 100,000 tombstones took the load to 1.4 s (bench/tombstone_bench).
-constexpr std::uint64_t min_journal_bytes = 64 * 1024;
 
 std::int64_t to_unix_ms(TimePoint t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
@@ -426,8 +422,11 @@ std::string encode_state(const PersistedState& state) { return encode_snapshot(s
 
 PersistedState decode_state(const std::string& text) { return decode_snapshot(text).state; }
 
-StateStore::StateStore(std::string dir)
-    : dir_(std::move(dir)), path_(dir_ + "/state.json"), journal_path_(dir_ + "/state.journal") {
+StateStore::StateStore(std::string dir, std::uint64_t min_journal_bytes)
+    : dir_(std::move(dir)),
+      path_(dir_ + "/state.json"),
+      journal_path_(dir_ + "/state.journal"),
+      min_journal_bytes_(min_journal_bytes) {
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec) throw std::runtime_error("cannot create state.dir " + dir_ + ": " + ec.message());
@@ -595,7 +594,7 @@ static bool still_at(int fd, const std::string& path) {
 
 void StateStore::save_changes(Registry& registry) {
     if (needs_snapshot_ || !still_at(journal_fd_.get(), journal_path_) ||
-        stats_.journal_bytes > std::max(min_journal_bytes, stats_.snapshot_bytes / 4)) {
+        stats_.journal_bytes > std::max(min_journal_bytes_, stats_.snapshot_bytes / 4)) {
         save(registry.persisted());
         registry.changed_sessions.clear();
         // A compaction (and the load before the first) frees a copy of every session, in

@@ -40,9 +40,17 @@ class StateUnreadable : public std::runtime_error {
 
 class StateStore {
 public:
+    // Compact when the journal passes a quarter of the snapshot, and never below this. A
+    // journal line costs more to load than a snapshot entry (each is parsed on its own): at
+    // half, the 4.8 MB journal beside 100,000 tombstones took the load to 1.4 s
+    // (bench/tombstone_bench).
+    static constexpr std::uint64_t default_min_journal_bytes = 64 * 1024;
+
     // Uses <dir>/state.json and <dir>/state.journal; creates `dir` (and parents) if missing.
-    // Throws std::runtime_error naming the directory when it cannot.
-    explicit StateStore(std::string dir);
+    // Throws std::runtime_error naming the directory when it cannot. `min_journal_bytes` is
+    // the journal size below which it is never compacted (tests lower it to reach a compaction
+    // in tens of appends rather than 800 fdatasyncs).
+    explicit StateStore(std::string dir, std::uint64_t min_journal_bytes = default_min_journal_bytes);
     ~StateStore();
     StateStore(const StateStore&) = delete;
     StateStore& operator=(const StateStore&) = delete;
@@ -83,6 +91,7 @@ private:
     std::string dir_;
     std::string path_;
     std::string journal_path_;
+    std::uint64_t min_journal_bytes_;
     reaper::detail::UniqueFd journal_fd_;  // open for appends after this store's last snapshot
     bool needs_snapshot_ = true;   // no snapshot written yet, or an append failed
     std::map<std::string, PendingReap> saved_pending_;  // as the disk has them, by container
