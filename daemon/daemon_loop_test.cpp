@@ -1,6 +1,7 @@
 // The whole main loop against the scripted fake engine: faults injected into every call it
 // makes, the engine going away, leases, and the ownership rule throughout.
 #include "daemon.hpp"
+#include "eventually.hpp"
 #include "fake_engine.hpp"
 
 #include <Poco/JSON/Object.h>
@@ -99,12 +100,7 @@ struct Running {
     // Polls state that other threads (the reaper pool, the watcher) change: what is waited
     // for is their work, never a daemon deadline, which advance() skips instead.
     static bool wait(const std::function<bool()>& condition, std::chrono::milliseconds limit = 30s) {
-        auto deadline = std::chrono::steady_clock::now() + limit;
-        while (!condition()) {
-            if (std::chrono::steady_clock::now() > deadline) return false;
-            std::this_thread::sleep_for(5ms);
-        }
-        return true;
+        return reaper::test::eventually(condition, limit);
     }
 };
 

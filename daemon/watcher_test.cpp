@@ -384,7 +384,7 @@ BOOST_AUTO_TEST_CASE(a_lookup_that_loses_the_race_with_the_removal_is_dropped) {
     watcher.want_log_info("a");  // asked late by the loop: ignored
     engine.add("b", {});  // an event after both, to be sure they were handled
     BOOST_TEST(rec.wait([&] { return rec.appeared("b"); }));
-    std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(50ms);  // real time: a lookup wrongly started would show by now
     BOOST_TEST(log_infos_of(rec, "a") == 0u);
     BOOST_TEST(engine.calls("inspect") == 1);
     watcher.stop();
@@ -404,7 +404,7 @@ BOOST_AUTO_TEST_CASE(a_starts_log_info_is_never_overtaken_by_the_creates) {
     watcher.want_log_info("a");
     BOOST_TEST(rec.wait([&] { return engine.held_inspects() == 1; }));  // sees it "created"
     engine.start_container("a", "/var/lib/docker/containers/a/a-json.log");
-    std::this_thread::sleep_for(50ms);  // the start event is handled while the lookup waits
+    std::this_thread::sleep_for(50ms);  // real time: the start event is handled while the lookup waits
     BOOST_TEST(engine.held_inspects() == 1u);  // one container's lookups never overlap
     engine.release_inspects();
     BOOST_TEST(rec.wait([&] { return log_infos_of(rec, "a") == 2; }));
@@ -428,7 +428,7 @@ BOOST_AUTO_TEST_CASE(stop_does_not_wait_for_queued_lookups_or_a_stuck_inspect) {
     for (int i = 0; i < 10; ++i) watcher.want_log_info("c" + std::to_string(i));
     BOOST_TEST(rec.wait([&] { return engine.held_inspects() == Watcher::lookup_threads; }));
     std::thread stopper([&] { watcher.stop(); });
-    std::this_thread::sleep_for(100ms);  // stop has dropped the queued six by now
+    std::this_thread::sleep_for(100ms);  // real time: stop has dropped the queued six by now
     auto begin = std::chrono::steady_clock::now();
     engine.close();
     stopper.join();

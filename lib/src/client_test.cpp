@@ -869,7 +869,7 @@ BOOST_AUTO_TEST_CASE(cancel_unblocks_a_reader_of_a_silent_stream) {
     auto stream = client.events({});
     std::optional<Event> result{Event{}};
     std::thread reader([&] { result = stream->next(); });
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(100ms);  // real time: the reader is blocked in next() by then
     auto t0 = std::chrono::steady_clock::now();
     stream->cancel();
     reader.join();

@@ -1,6 +1,7 @@
 #include "reaper/control.hpp"
 
-#include "fake_control_server_test_support.hpp"
+#include "eventually.hpp"
+#include "fake_control_server.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -28,6 +29,7 @@
 
 namespace control = reaper::control;
 using namespace std::chrono_literals;
+using reaper::test::eventually;
 
 namespace {
 
@@ -500,11 +502,7 @@ BOOST_AUTO_TEST_CASE(lease_lives_until_released_or_dropped) {
     BOOST_TEST(lease->native_handle() >= 0);
     BOOST_TEST((::fcntl(lease->native_handle(), F_GETFD) & FD_CLOEXEC) != 0);
     daemon.drop_all();
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (lease->alive() && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(5ms);
-    }
-    BOOST_TEST(!lease->alive());
+    BOOST_TEST(eventually([&] { return !lease->alive(); }));
     lease->release();
     lease->release();
     BOOST_TEST(lease->native_handle() == -1);
@@ -528,15 +526,6 @@ namespace {
 
 std::string ok_reply(const std::string&) { return control::encode_ok(); }
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-    const auto deadline = Clock::now() + limit;
-    while (!pred()) {
-        if (Clock::now() > deadline) return false;
-        std::this_thread::sleep_for(2ms);
-    }
-    return true;
-}
 
 long long ms_since(Clock::time_point start) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -595,7 +584,7 @@ BOOST_AUTO_TEST_CASE(takes_the_lease_when_the_daemon_appears) {
     BOOST_CHECK_THROW(std::rethrow_exception(failure), control::DaemonUnreachable);
     BOOST_CHECK_THROW(keeper.start(), std::logic_error);
     BOOST_TEST(!keeper.holds());
-    std::this_thread::sleep_for(400ms);  // attempts at 100 and 300 ms fail: no news to the caller
+    std::this_thread::sleep_for(400ms);  // real time: the keeper's retries at 100 and 300 ms fail, unseen
     {
         ScriptedDaemon daemon(ok_reply, path);
         const auto appeared = Clock::now();
@@ -622,7 +611,7 @@ BOOST_AUTO_TEST_CASE(takes_the_lease_again_after_the_daemon_restarts) {
     BOOST_TEST(keeper.holds());
     daemon.reset();  // stops: its connections close, its socket goes
     BOOST_TEST(!keeper.holds());  // at once: the connection is polled, not a flag
-    std::this_thread::sleep_for(400ms);  // failed attempts at 100 and 300 ms
+    std::this_thread::sleep_for(400ms);  // real time: the keeper's retries at 100 and 300 ms fail
     BOOST_TEST(!keeper.holds());
     daemon = std::make_unique<ScriptedDaemon>(ok_reply, path);
     const auto restarted = Clock::now();
@@ -680,7 +669,7 @@ BOOST_AUTO_TEST_CASE(stops_within_milliseconds_in_every_state) {
     const auto dir = make_temp_dir();
     control::LeaseKeeper retrying(control::ControlClient(dir + "/none.sock", 30s), "retrying");
     BOOST_CHECK(retrying.start());
-    std::this_thread::sleep_for(150ms);
+    std::this_thread::sleep_for(150ms);  // real time: into the keeper's wait between retries
     const auto retrying_ms = timed_stop_ms(retrying);
 
     std::atomic<int> answered{0};
@@ -709,7 +698,7 @@ BOOST_AUTO_TEST_CASE(a_reply_on_its_way_when_stopping_is_still_read) {
     ScriptedDaemon slow([&](const std::string&) {
         if (requests++ > 0) {
             replying_slowly = true;
-            std::this_thread::sleep_for(20ms);
+            std::this_thread::sleep_for(20ms);  // real time: a reply still on its way at stop()
         }
         return control::encode_ok();
     });
@@ -799,13 +788,13 @@ BOOST_AUTO_TEST_CASE(a_proxys_counts_reach_the_daemon_at_most_once_per_interval_
     for (std::uint64_t n = 2; n <= 21; ++n) {
         keeper.report_labelled({n, 0, 0});
         held_throughout = held_throughout && keeper.holds();
-        std::this_thread::sleep_for(10ms);
+        std::this_thread::sleep_for(10ms);  // real time: a burst spread over 200 ms of the 300 ms interval
     }
-    BOOST_REQUIRE(FakeControlServer::eventually([&] {
+    BOOST_REQUIRE(eventually([&] {
         auto updates = of_op(daemon.requests(), control::Op::Update);
         return !updates.empty() && updates.back().labelled.containers == 21;
     }));
-    std::this_thread::sleep_for(400ms);  // nothing changed: nothing more is sent
+    std::this_thread::sleep_for(400ms);  // real time: over an interval, nothing changed, nothing more sent
     const auto updates = of_op(daemon.requests(), control::Op::Update);
     const auto times = daemon.request_times();
     BOOST_TEST(updates.size() == 1u);
@@ -824,7 +813,7 @@ BOOST_AUTO_TEST_CASE(a_proxys_counts_reach_the_daemon_at_most_once_per_interval_
     requests = daemon.requests();
     BOOST_TEST((requests.back().op == control::Op::Update));
     BOOST_TEST((requests.back().labelled == control::LabelledCounts{22, 1, 1}));
-    BOOST_TEST(FakeControlServer::eventually([&] { return daemon.leases_held("own") == 0; }));
+    BOOST_TEST(eventually([&] { return daemon.leases_held("own") == 0; }));
 }
 
 BOOST_AUTO_TEST_CASE(a_proxy_lease_taken_again_carries_the_latest_counts) {
@@ -834,13 +823,13 @@ BOOST_AUTO_TEST_CASE(a_proxy_lease_taken_again_carries_the_latest_counts) {
     control::LeaseKeeper keeper(control::ControlClient(path, 2s), "again", proxy_options(50ms));
     BOOST_CHECK(!keeper.start());
     keeper.report_labelled({2, 0, 0});
-    BOOST_REQUIRE(FakeControlServer::eventually(
+    BOOST_REQUIRE(eventually(
         [&] { return of_op(daemon->requests(), control::Op::Update).size() == 1; }));
     daemon.reset();  // reaperd stops; the proxy labels more meanwhile
     keeper.report_labelled({3, 1, 0});
     daemon = std::make_unique<FakeControlServer>(path);
-    BOOST_REQUIRE(FakeControlServer::eventually([&] { return keeper.holds(); }));
-    std::this_thread::sleep_for(200ms);
+    BOOST_REQUIRE(eventually([&] { return keeper.holds(); }));
+    std::this_thread::sleep_for(200ms);  // real time: four update intervals, and no update
     const auto requests = daemon->requests();
     BOOST_REQUIRE(requests.size() == 1u);  // the lease says it all: no update needed
     BOOST_TEST(requests[0].proxy);
@@ -860,7 +849,7 @@ BOOST_AUTO_TEST_CASE(an_older_daemon_gets_a_plain_lease_and_no_counts) {
     BOOST_CHECK(!keeper.start());  // no failure: the lease is held
     BOOST_TEST(keeper.holds());
     keeper.report_labelled({5, 0, 0});
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(200ms);  // real time: ten update intervals, and no update
     const auto requests = daemon.requests();
     BOOST_REQUIRE(requests.size() == 2u);
     BOOST_TEST(requests[0].proxy);   // refused: "unexpected field"
@@ -876,7 +865,7 @@ BOOST_AUTO_TEST_CASE(without_proxy_counts_are_ignored) {
     control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "plain");
     BOOST_CHECK(!keeper.start());
     keeper.report_labelled({5, 0, 0});
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(100ms);  // real time: an update would have gone by now
     keeper.stop();
     const auto requests = daemon.requests();
     BOOST_REQUIRE(requests.size() == 1u);

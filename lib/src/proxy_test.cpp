@@ -2,6 +2,8 @@
 // engine, what reaches the tool, streams, hijacks, refusals, and that stop() leaves nothing.
 #include <reaper/proxy.hpp>
 
+#include "eventually.hpp"
+
 #include <boost/test/unit_test.hpp>
 
 #include <Poco/JSON/Object.h>
@@ -29,6 +31,7 @@
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using reaper::test::eventually;
 using reaper::add_label;
 using reaper::create_kind;
 using reaper::CreateKind;
@@ -412,7 +415,7 @@ BOOST_AUTO_TEST_CASE(labels_creates_whatever_their_framing_and_counts_what_the_e
     // Chunked, split across writes, with an extension and a trailer.
     tool->send("POST /networks/create HTTP/1.1\r\nHost: docker\r\nTransfer-Encoding: chunked\r\n"
                "Content-Type: application/json\r\n\r\n5;ext=1\r\n{\"Nam\r\n");
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(20ms);  // real time: the proxy reads the two writes apart
     tool->send("7\r\ne\":\"n\"}\r\n0\r\nX-Trailer: 1\r\n\r\n");
     head = tool->head();
     BOOST_TEST(head.starts_with("HTTP/1.1 201"));
@@ -623,13 +626,8 @@ BOOST_AUTO_TEST_CASE(a_tool_that_leaves_during_a_long_wait_ends_the_engine_conne
         tool->send("POST /containers/c/wait HTTP/1.1\r\nHost: d\r\nContent-Length: 0\r\n\r\n");
         BOOST_REQUIRE(f.engine.wait_requests(1));
     }  // closed
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!engine_saw_eof && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
-    BOOST_TEST(engine_saw_eof.load());
-    deadline = std::chrono::steady_clock::now() + 10s;
-    while (f.proxy->stats().open_connections != 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(5ms);
-    BOOST_TEST(f.proxy->stats().open_connections == 0u);
+    BOOST_TEST(eventually([&] { return engine_saw_eof.load(); }));
+    BOOST_TEST(eventually([&] { return f.proxy->stats().open_connections == 0; }));
 }
 
 BOOST_AUTO_TEST_CASE(a_tool_that_closes_a_hijacked_stream_ends_it_though_the_engine_stays_silent) {
@@ -647,11 +645,8 @@ BOOST_AUTO_TEST_CASE(a_tool_that_closes_a_hijacked_stream_ends_it_though_the_eng
         tool->send("POST /containers/c/attach HTTP/1.1\r\nHost: d\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n");
         tool->head();
     }  // closed outright
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (f.proxy->stats().open_connections != 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(5ms);
+    BOOST_TEST(eventually([&] { return f.proxy->stats().open_connections == 0; }, 5s));
     BOOST_TEST(engine_saw_eof.load());
-    BOOST_TEST(f.proxy->stats().open_connections == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(stop_ends_every_connection_at_once_and_leaves_no_descriptor_or_file) {
@@ -686,9 +681,7 @@ BOOST_AUTO_TEST_CASE(stop_ends_every_connection_at_once_and_leaves_no_descriptor
         attached->head();
         auto silent = f.client();  // connected, never spoke
         BOOST_TEST(f.engine.wait_requests(3));
-        const auto deadline = std::chrono::steady_clock::now() + 10s;
-        while (f.proxy->stats().open_connections < 4 && std::chrono::steady_clock::now() < deadline)
-            std::this_thread::sleep_for(5ms);
+        BOOST_TEST(eventually([&] { return f.proxy->stats().open_connections >= 4; }, 10s));
         BOOST_TEST(f.proxy->stats().open_connections == 4u);
 
         const auto started = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 #include <reaper/session.hpp>
 
-#include "fake_control_server_test_support.hpp"
+#include "eventually.hpp"
+#include "fake_control_server.hpp"
 #include "fake_engine_test_support.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -14,6 +15,7 @@ using namespace reaper;
 using reaper::test::FakeControlServer;
 using reaper::test::FakeEngine;
 using namespace std::chrono_literals;
+using reaper::test::eventually;
 
 namespace {
 
@@ -170,7 +172,7 @@ BOOST_FIXTURE_TEST_CASE(waits_for_health_and_probe, Fixture) {
     o.readiness_probe = {"test", "-e", "/ready"};
     Session session(o);
     std::thread healer([state = state.get()] {
-        std::this_thread::sleep_for(50ms);
+        std::this_thread::sleep_for(50ms);  // real time: the session waits for health meanwhile
         std::lock_guard lock(state->mutex);
         for (auto& [id, c] : state->containers) c.info.state.health_status = "healthy";
     });
@@ -578,13 +580,13 @@ BOOST_FIXTURE_TEST_CASE(lease_held_while_open_and_orphan_reported, Fixture) {
     session.create(spec());
     auto id = session.container_id();
     BOOST_TEST(session.holds_lease());
-    BOOST_TEST(FakeControlServer::eventually([&] { return server.leases_held(session.id()) == 1; }));
+    BOOST_TEST(eventually([&] { return server.leases_held(session.id()) == 1; }));
 
     state->always_faults["remove"] = [] { throw ServerError(500, "stuck", "remove: 500 stuck"); };
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "orphaned");
     BOOST_TEST(result.orphan_reported);
-    BOOST_TEST(FakeControlServer::eventually([&] { return server.leases_held(session.id()) == 0; }));
+    BOOST_TEST(eventually([&] { return server.leases_held(session.id()) == 0; }));
     auto requests = server.requests();
     BOOST_REQUIRE(requests.size() == 2u);
     BOOST_TEST(std::string(control::to_string(requests[0].op)) == "lease");
@@ -603,7 +605,7 @@ BOOST_FIXTURE_TEST_CASE(failed_open_releases_the_lease, Fixture) {
     state->exits_at_once = true;
     Session session(o);
     BOOST_CHECK_THROW(session.create(spec()), NotReady);
-    BOOST_TEST(FakeControlServer::eventually([&] { return server.leases_held(session.id()) == 0; }));
+    BOOST_TEST(eventually([&] { return server.leases_held(session.id()) == 0; }));
     BOOST_TEST(server.requests().size() == 1u);
     check_cleared(session, *state);
 }
@@ -623,21 +625,21 @@ BOOST_FIXTURE_TEST_CASE(lease_taken_when_reaperd_appears_and_again_after_a_resta
     {
         FakeControlServer daemon(path);
         const auto appeared = std::chrono::steady_clock::now();
-        BOOST_TEST(FakeControlServer::eventually([&] { return session.holds_lease(); }));
+        BOOST_TEST(eventually([&] { return session.holds_lease(); }));
         BOOST_TEST_MESSAGE("lease taken "
                            << std::chrono::duration_cast<std::chrono::milliseconds>(
                                   std::chrono::steady_clock::now() - appeared).count()
                            << " ms after the daemon appeared");
-        BOOST_TEST(FakeControlServer::eventually([&] { return daemon.leases_held(session.id()) == 1; }));
+        BOOST_TEST(eventually([&] { return daemon.leases_held(session.id()) == 1; }));
     }  // the daemon stops: every connection is closed
     BOOST_TEST(!session.holds_lease());  // at once: the connection is looked at, not a flag
     {
         FakeControlServer restarted(path);
-        BOOST_TEST(FakeControlServer::eventually([&] { return session.holds_lease(); }));
-        BOOST_TEST(FakeControlServer::eventually([&] { return restarted.leases_held(session.id()) == 1; }));
+        BOOST_TEST(eventually([&] { return session.holds_lease(); }));
+        BOOST_TEST(eventually([&] { return restarted.leases_held(session.id()) == 1; }));
         session.close();
         BOOST_TEST(!session.holds_lease());
-        BOOST_TEST(FakeControlServer::eventually([&] { return restarted.leases_held(session.id()) == 0; }));
+        BOOST_TEST(eventually([&] { return restarted.leases_held(session.id()) == 0; }));
         BOOST_TEST(restarted.requests().size() == 1u);
     }
     // The keeper's thread is gone: reading the records the sink got from it is safe now.

@@ -68,17 +68,6 @@ public:
         auto it = live_leases_.find(session);
         return it == live_leases_.end() ? 0 : it->second;
     }
-    // Polls until pred() holds or `timeout` passes; returns pred().
-    template <class Pred>
-    static bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
-        auto deadline = std::chrono::steady_clock::now() + timeout;
-        while (!pred()) {
-            if (std::chrono::steady_clock::now() >= deadline) return false;
-            std::this_thread::sleep_for(std::chrono::milliseconds{5});
-        }
-        return true;
-    }
-
 private:
     FakeControlServer(std::string socket_path, bool owns_dir) : path_(std::move(socket_path)), owns_dir_(owns_dir) {
         listener_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
