@@ -376,12 +376,12 @@ int Daemon::run() {
 // knows: a transient error (EIO, EINTR on a network mount) is tried again, and one that stays
 // stops reaperd with the reason (systemd restarts it, its start limit then stops trying),
 // rather than starting empty and forgetting them.
-PersistedState Daemon::load_state_retrying(const StateStore& store) {
+PersistedState Daemon::load_state_retrying(const StateStore& store, Clock::duration wall_offset) {
     constexpr int attempts = 5;
     constexpr auto pause = std::chrono::milliseconds{200};
     for (int attempt = 1;; ++attempt) {
         try {
-            return store.load();
+            return store.load(wall_offset);
         } catch (const StateUnreadable& e) {
             if (attempt == attempts)
                 throw std::runtime_error(std::string(e.what()) + " (" + std::to_string(attempts) +
@@ -431,13 +431,13 @@ void Daemon::start_up(TimePoint now) {
         {{"DRY_RUN", config_.reaper.dry_run ? "true" : "false"}});
     state_ = std::make_unique<StateStore>(config_.state.dir);
     try {
-        PersistedState loaded = load_state_retrying(*state_);
+        PersistedState loaded = load_state_retrying(*state_, wall_offset());
         for (const auto& warning : loaded.warnings) log(Priority::warning, {}, warning, {});
         registry_.restore(loaded, config_.sessions.lease_grace, now);
     } catch (const StateCorrupt& e) {
         std::string aside;
         try {
-            aside = state_->set_aside(now);
+            aside = state_->set_aside(now + wall_offset());
         } catch (const std::exception& move_error) {
             aside = std::string("(could not be moved: ") + move_error.what() + ")";
         }
@@ -611,7 +611,7 @@ void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
     } else if (auto* gone = std::get_if<watch::Gone>(&event)) {
         container_gone(gone->id);
     } else if (auto* listed = std::get_if<watch::Listed>(&event)) {
-        metrics_.engine_synced(now);
+        metrics_.engine_synced(now + wall_offset());
         std::vector<std::string> vanished;
         for (const auto& [id, known] : registry_.containers)
             if (!listed->ids.count(id)) vanished.push_back(id);
@@ -643,7 +643,7 @@ void Daemon::container_appeared(const watch::Appeared& appeared, TimePoint now) 
     const reaper::ContainerInfo& info = appeared.info;
     auto known = registry_.containers.find(info.id);
     if (!appeared.log_info) {
-        if (auto warning = registry_.upsert_container(info, config_.sessions, now))
+        if (auto warning = registry_.upsert_container(info, config_.sessions, now, wall_offset()))
             log(Priority::warning, {}, *warning,
                 {{"CONTAINER_ID", info.id}, {"CONTAINER_NAME", info.name}});
         known = registry_.containers.find(info.id);
@@ -817,7 +817,7 @@ void Daemon::save_state_if_dirty() {
     try {
         // Appends what changed to the journal (state.hpp): its cost follows the change, not
         // the tombstones held (0.2 ms with 100,000 of them, bench/tombstone_bench).
-        state_->save_changes(registry_);
+        state_->save_changes(registry_, wall_offset());
         dirty_ = false;
         if (state_save_failing_) log(Priority::info, {}, "state saved again", {});
         state_save_failing_ = false;
@@ -968,6 +968,8 @@ const char* Daemon::engine_state_name(EngineState state) {
     return "starting";
 }
 
+Clock::duration Daemon::wall_offset() const { return options_.wall_clock() - options_.clock(); }
+
 std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQuery& query) const {
     Poco::JSON::Object root;
     root.set("engine", engine_state_name(engine_state_));
@@ -1017,7 +1019,7 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
         const std::optional<TimePoint> deadline =
             tombstone ? deadline_of(*tombstone, config_.sessions) : deadline_of(s, config_.sessions);
         if (deadline) {
-            o.set("deadline", format_rfc3339(*deadline));
+            o.set("deadline", format_rfc3339(*deadline + wall_offset()));
             o.set("deadline_in_ms",
                   std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - now).count());
         } else {

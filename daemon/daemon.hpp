@@ -78,8 +78,11 @@ struct DaemonOptions {
     // The loop's only source of `now`: every deadline (lease grace, retries, tombstones,
     // resync) is decided against it. A test passes a clock it moves forward itself, then
     // calls Daemon::settle(), instead of sleeping through a grace. Called on the loop's
-    // thread only.
-    std::function<TimePoint()> clock = &Clock::now;
+    // thread only. steady_now() never steps (registry.hpp, Clock).
+    std::function<TimePoint()> clock = &steady_now;
+    // The wall clock, read beside `clock` to convert at the edges (the engine's timestamps,
+    // the state file, status). A test that moves `clock` moves this one with it.
+    std::function<TimePoint()> wall_clock = &Clock::now;
 };
 
 class Daemon final : public ControlHandler {
@@ -131,7 +134,7 @@ private:
     // Runs `fn` on the loop and waits for its answer (control replies).
     std::string ask(std::function<std::string(TimePoint)> fn);
 
-    static PersistedState load_state_retrying(const StateStore& store);
+    static PersistedState load_state_retrying(const StateStore& store, Clock::duration wall_offset);
     void start_up(TimePoint now);
     void turn(TimePoint now);
     void shut_down();
@@ -161,6 +164,8 @@ private:
 
     ControlServerLimits control_limits() const;
     std::string render_status(TimePoint now, const reaper::control::StatusQuery& query) const;
+    // The wall clock's lead over the loop's clock, read now (registry.hpp, Clock).
+    Clock::duration wall_offset() const;
     std::string render_metrics() const;
     std::map<std::string, std::uint64_t> capper_actions() const;  // log-cap actions by kind
     std::map<std::string, std::uint64_t> refusals() const;        // the door's, by reason

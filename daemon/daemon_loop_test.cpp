@@ -4,6 +4,8 @@
 #include "eventually.hpp"
 #include "fake_engine.hpp"
 
+#include <reaper/units.hpp>
+
 #include <Poco/JSON/Object.h>
 #include <Poco/JSON/Parser.h>
 
@@ -45,14 +47,18 @@ Config fast_config(const std::string& state_dir) {
 
 // The loop's clock: real time, plus what a test skipped. Retries of a fault row still come
 // due within milliseconds, while a grace or a "nothing more happens" window is skipped at once
-// (advance(), then Daemon::settle()) rather than slept through.
+// (advance(), then Daemon::settle()) rather than slept through. The wall clock moves with it,
+// and may be stepped on its own, as NTP or `date -s` step a host's.
 class SkippingClock {
 public:
     TimePoint now() const { return Clock::now() + Clock::duration{skipped_.load()}; }
+    TimePoint wall_now() const { return now() + Clock::duration{wall_ahead_.load()}; }
     void skip(Clock::duration by) { skipped_ += by.count(); }
+    void step_wall(Clock::duration by) { wall_ahead_ += by.count(); }
 
 private:
     std::atomic<Clock::duration::rep> skipped_{0};
+    std::atomic<Clock::duration::rep> wall_ahead_{0};
 };
 
 // A daemon turning on its own thread, without signals, control socket or log caps.
@@ -69,6 +75,7 @@ struct Running {
               o.control_server = false;
               o.log_caps = false;
               o.clock = [this] { return clock.now(); };
+              o.wall_clock = [this] { return clock.wall_now(); };
               return o;
           }()) {
         thread = std::thread([this] { exit_code = daemon.run(); });
@@ -265,6 +272,37 @@ BOOST_AUTO_TEST_CASE(pending_reaps_and_tombstones_survive_a_restart) {
     BOOST_TEST(Running::wait([&] { return !engine.exists("late"); }));
     daemon.request_stop();
     t.join();
+}
+
+// In-memory deadlines are on the loop's steady clock: a day's step of the wall clock ends no
+// lease grace (on the wall clock it would have ended at once), and status shows the grace's
+// end in the wall clock's new time. The grace ends when the loop's clock says so.
+BOOST_AUTO_TEST_CASE(a_step_of_the_wall_clock_moves_no_deadline) {
+    TempDir dir;
+    Config config = fast_config(dir.path);
+    config.sessions.lease_grace = 10min;
+    FakeEngine engine;
+    engine.add("a", alive);
+    auto grace_end = [](Running& r) {
+        auto session = r.status()->getArray("sessions")->getObject(0);
+        BOOST_REQUIRE(session->getValue<std::string>("state") == "grace");
+        return *reaper::parse_rfc3339(session->getValue<std::string>("deadline"));
+    };
+    Running r(config, engine);
+    r.daemon.lease_opened("alive", 1);
+    r.daemon.lease_closed("alive", 1);
+    BOOST_REQUIRE(r.daemon.settle());
+    const auto before = grace_end(r);
+    const auto left = before - Clock::now();
+    BOOST_TEST((left > 9min && left <= 10min));
+    r.clock.step_wall(24h);
+    r.advance(1min);
+    BOOST_TEST(engine.exists("a"));
+    BOOST_TEST((grace_end(r) - before == 24h));
+    r.advance(8min);
+    BOOST_TEST(engine.exists("a"));
+    r.advance(1min + 100ms);
+    BOOST_TEST(Running::wait([&] { return !engine.exists("a"); }));
 }
 
 BOOST_AUTO_TEST_CASE(dry_run_removes_nothing) {

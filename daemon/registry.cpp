@@ -34,14 +34,15 @@ reaper::control::LabelledCounts Session::labelled() const {
 
 std::optional<std::string> Registry::upsert_container(const reaper::ContainerInfo& info,
                                                       const SessionsConfig& config,
-                                                      TimePoint now) {
+                                                      TimePoint now, Clock::duration wall_offset) {
     auto existing = containers.find(info.id);
     KnownContainer known;
     known.info = info;
     if (existing != containers.end()) {
         known.created = existing->second.created;
     } else {
-        known.created = parse_rfc3339(info.created).value_or(now);
+        auto created = parse_rfc3339(info.created);
+        known.created = created ? *created - wall_offset : now;
     }
     known.session = owning_session(info.labels, config.labels);
     std::optional<std::string> warning;
@@ -303,6 +304,13 @@ void Registry::restore(const PersistedState& state, Duration lease_grace, TimePo
         reap.due = now;
         pending[reap.container] = std::move(reap);
     }
+}
+
+TimePoint steady_now() {
+    static const auto wall_at_start = Clock::now();
+    static const auto steady_at_start = std::chrono::steady_clock::now();
+    return wall_at_start +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::steady_clock::now() - steady_at_start);
 }
 
 std::string format_rfc3339(TimePoint t) {

@@ -21,8 +21,16 @@
 
 namespace reaperd {
 
+// The loop's time. Its clock in production is steady_now(): the steady clock, read as the
+// wall clock read at start-up. Every deadline held in memory (lease graces, retries,
+// tombstone expiry, max ages) is on it, so a step of the wall clock (NTP's first sync at boot,
+// an admin's `date -s`) moves none of them; had they been on the wall clock, a step forward of
+// a lease_grace would end every session in grace at once. Wall time is met only at the
+// edges, each converted with the wall clock's lead over the loop's clock then (`wall_offset`):
+// the engine's timestamps, the state file, and the times status shows.
 using Clock = std::chrono::system_clock;
 using TimePoint = Clock::time_point;
+TimePoint steady_now();
 
 // The label that overrides sessions.max_age for one container.
 inline constexpr const char* max_age_label = "reaperd.max-age";
@@ -144,9 +152,11 @@ public:
 
     // Records (or refreshes) a container, deriving its session under `config`. Returns
     // a warning text when its max-age label does not parse (the default applies then),
-    // only the first time the container is recorded.
+    // only the first time the container is recorded. Its creation time (the engine's wall
+    // time) goes on the loop's clock less `wall_offset` (see Clock).
     std::optional<std::string> upsert_container(const reaper::ContainerInfo& info,
-                                                const SessionsConfig& config, TimePoint now);
+                                                const SessionsConfig& config, TimePoint now,
+                                                Clock::duration wall_offset = {});
     // Forgets a container the engine no longer has (and any pending reap of it).
     void erase_container(const std::string& id);
     // Re-derives every container's (network's, volume's) session after sessions.labels

@@ -112,12 +112,14 @@ void append_json_string(std::string& out, const std::string& s) {
     out += '"';
 }
 
-void append_session(std::string& out, const PersistedSession& s) {
+// `wall_offset` turns the loop's times into wall time (registry.hpp, steady_now()).
+void append_session(std::string& out, const PersistedSession& s, Clock::duration wall_offset) {
     out += "{\"id\":";
     append_json_string(out, s.id);
     out += s.held_lease ? ",\"held_lease\":true" : ",\"held_lease\":false";
-    if (s.grace_deadline) out += ",\"grace_deadline_ms\":" + std::to_string(to_unix_ms(*s.grace_deadline));
-    if (s.ended_at) out += ",\"ended_at_ms\":" + std::to_string(to_unix_ms(*s.ended_at));
+    if (s.grace_deadline)
+        out += ",\"grace_deadline_ms\":" + std::to_string(to_unix_ms(*s.grace_deadline + wall_offset));
+    if (s.ended_at) out += ",\"ended_at_ms\":" + std::to_string(to_unix_ms(*s.ended_at + wall_offset));
     if (s.end_reason) {
         out += ",\"end_reason\":";
         append_json_string(out, std::string(to_string(*s.end_reason)));
@@ -137,7 +139,7 @@ void append_pending(std::string& out, const PendingReap& p) {
     out += ",\"failures\":" + std::to_string(p.failures) + "}";
 }
 
-std::string encode_snapshot(const PersistedState& state, std::uint64_t generation) {
+std::string encode_snapshot(const PersistedState& state, std::uint64_t generation, Clock::duration wall_offset) {
     std::string out;
     out.reserve(64 + state.sessions.size() * 110 + state.pending.size() * 160);
     out += "{\"version\":" + std::to_string(state_version);
@@ -145,7 +147,7 @@ std::string encode_snapshot(const PersistedState& state, std::uint64_t generatio
     out += ",\n\"sessions\":[";
     for (std::size_t i = 0; i < state.sessions.size(); ++i) {
         out += i ? ",\n" : "\n";
-        append_session(out, state.sessions[i]);
+        append_session(out, state.sessions[i], wall_offset);
     }
     out += "],\n\"pending_reaps\":[";
     for (std::size_t i = 0; i < state.pending.size(); ++i) {
@@ -418,7 +420,7 @@ struct Replay {
 
 }  // namespace
 
-std::string encode_state(const PersistedState& state) { return encode_snapshot(state, 0); }
+std::string encode_state(const PersistedState& state) { return encode_snapshot(state, 0, {}); }
 
 PersistedState decode_state(const std::string& text) { return decode_snapshot(text).state; }
 
@@ -438,7 +440,16 @@ void StateStore::close_journal() noexcept {
     journal_fd_.reset();
 }
 
-PersistedState StateStore::load() const {
+PersistedState StateStore::load(Clock::duration wall_offset) const {
+    PersistedState state = read_files();
+    for (auto& s : state.sessions) {
+        if (s.grace_deadline) *s.grace_deadline -= wall_offset;
+        if (s.ended_at) *s.ended_at -= wall_offset;
+    }
+    return state;
+}
+
+PersistedState StateStore::read_files() const {
     // Reads a whole file; nullopt if it does not exist.
     auto read = [this](const std::string& path) -> std::optional<std::string> {
         const reaper::detail::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -538,8 +549,8 @@ void StateStore::throw_unreadable(const std::string& path, int error) const {
     throw StateUnreadable(path + ": cannot be read: " + reaper::detail::errno_text(error));
 }
 
-std::string StateStore::set_aside(TimePoint now) const {
-    time_t seconds = Clock::to_time_t(now);
+std::string StateStore::set_aside(TimePoint wall_now) const {
+    time_t seconds = Clock::to_time_t(wall_now);
     std::tm tm{};
     gmtime_r(&seconds, &tm);
     char stamp[32];
@@ -561,12 +572,12 @@ std::string StateStore::set_aside(TimePoint now) const {
     return aside;
 }
 
-void StateStore::save(const PersistedState& state) {
+void StateStore::save(const PersistedState& state, Clock::duration wall_offset) {
     // Whatever happens below, appends wait for a snapshot this store wrote.
     close_journal();
     needs_snapshot_ = true;
     const std::uint64_t generation = new_generation();
-    const std::string text = encode_snapshot(state, generation);
+    const std::string text = encode_snapshot(state, generation, wall_offset);
     replace_file(path_, text, false);
     // The snapshot's rename must be on disk before the journal's: a new journal beside the
     // old snapshot would be taken as stale, and the changes of the old journal lost.
@@ -592,10 +603,10 @@ static bool still_at(int fd, const std::string& path) {
            held.st_ino == named.st_ino;
 }
 
-void StateStore::save_changes(Registry& registry) {
+void StateStore::save_changes(Registry& registry, Clock::duration wall_offset) {
     if (needs_snapshot_ || !still_at(journal_fd_.get(), journal_path_) ||
         stats_.journal_bytes > std::max(min_journal_bytes_, stats_.snapshot_bytes / 4)) {
-        save(registry.persisted());
+        save(registry.persisted(), wall_offset);
         registry.changed_sessions.clear();
         // A compaction (and the load before the first) frees a copy of every session, in
         // small blocks that malloc keeps mapped: with 127,000 tombstones reaperd stayed at
@@ -608,7 +619,7 @@ void StateStore::save_changes(Registry& registry) {
     for (const auto& id : registry.changed_sessions) {
         if (auto p = registry.persisted_session(id)) {
             batch += "{\"session\":";
-            append_session(batch, *p);
+            append_session(batch, *p, wall_offset);
             batch += "}\n";
         } else {
             batch += "{\"forget\":";

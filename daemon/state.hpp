@@ -61,20 +61,23 @@ public:
     // Reads the snapshot and replays the journal; missing files are an empty state. Throws
     // StateCorrupt for content that does not decode (a torn last journal line is not: it is
     // skipped with a warning), StateUnreadable when a file cannot be read.
-    PersistedState load() const;
+    // Times come back on the loop's clock: the file's wall times less `wall_offset`, the
+    // wall clock's lead over the loop's clock now (registry.hpp, steady_now()).
+    PersistedState load(Clock::duration wall_offset = {}) const;
     // Moves a corrupt snapshot aside to <path>.corrupt-<UTC timestamp> (and the journal, if
     // any, to <journal_path>.corrupt-<stamp>) and returns the snapshot's new name.
-    std::string set_aside(TimePoint now) const;
+    std::string set_aside(TimePoint wall_now) const;
     // Writes `state` as a new snapshot and starts an empty journal after it. Throws
     // std::runtime_error (with errno text) on failure; what was on disk then still loads.
-    void save(const PersistedState& state);
+    // Times are written as wall time: the loop's times plus `wall_offset`, as for load().
+    void save(const PersistedState& state, Clock::duration wall_offset = {});
     // Persists what changed in `registry` since the last save: the sessions it noted in
     // changed_sessions (cleared on success) and the pending reaps that differ from the last
     // saved ones, appended to the journal; or a compaction (save(registry.persisted())) when
     // this store has not written a snapshot yet, the journal is due for one, or an append
     // failed before. Throws std::runtime_error on failure; nothing is lost from memory then,
     // and the next call writes it all.
-    void save_changes(Registry& registry);
+    void save_changes(Registry& registry, Clock::duration wall_offset = {});
 
     struct Stats {
         std::uint64_t snapshot_bytes = 0;
@@ -85,6 +88,7 @@ public:
     const Stats& stats() const noexcept { return stats_; }
 
 private:
+    PersistedState read_files() const;  // load() with the file's times as they are
     [[noreturn]] void throw_unreadable(const std::string& path, int error) const;
     void close_journal() noexcept;
 

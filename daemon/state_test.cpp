@@ -279,6 +279,29 @@ BOOST_AUTO_TEST_CASE(a_torn_last_record_is_ignored_with_a_warning) {
 
 // The journal is folded into a new snapshot once it passes a quarter of the snapshot's size (at
 // least 64 KiB); what loads is the same before and after.
+// The file holds wall time: the loop's times plus the wall clock's lead over the loop's
+// clock (registry.hpp, Clock), taken off again when loaded.
+BOOST_AUTO_TEST_CASE(times_are_written_as_wall_time_and_loaded_on_the_loops_clock) {
+    using namespace std::chrono_literals;
+    TempDir dir;
+    StateStore store(dir.path.string());
+    PersistedState state;
+    state.sessions.push_back({"in-grace", false, t0 + 10min, std::nullopt, std::nullopt});
+    state.sessions.push_back({"ended", false, std::nullopt, t0, EndReason::end});
+    store.save(state, 1h);
+    auto find = [](const PersistedState& s, const std::string& id) {
+        auto it = std::find_if(s.sessions.begin(), s.sessions.end(), [&](const auto& p) { return p.id == id; });
+        BOOST_REQUIRE(it != s.sessions.end());
+        return *it;
+    };
+    const PersistedState on_disk = decode_state(read_text(store.path()));
+    BOOST_TEST((*find(on_disk, "in-grace").grace_deadline == t0 + 10min + 1h));
+    BOOST_TEST((*find(on_disk, "ended").ended_at == t0 + 1h));
+    const PersistedState back = store.load(1h);
+    BOOST_TEST((*find(back, "in-grace").grace_deadline == t0 + 10min));
+    BOOST_TEST((*find(back, "ended").ended_at == t0));
+}
+
 BOOST_AUTO_TEST_CASE(the_journal_is_compacted_into_a_snapshot) {
     TempDir dir;
     StateStore store(dir.path.string(), 4 * 1024);
