@@ -968,7 +968,13 @@ const char* Daemon::engine_state_name(EngineState state) {
     return "starting";
 }
 
-Clock::duration Daemon::wall_offset() const { return options_.wall_clock() - options_.clock(); }
+// In whole milliseconds, as the state file and status hold times: the two clocks are read
+// microseconds apart, and an unrounded offset made a restored deadline show 1 ms off.
+// CLOCK_MONOTONIC follows NTP's rate corrections as the wall clock does, so the offset
+// changes only when the wall clock is stepped.
+Clock::duration Daemon::wall_offset() const {
+    return std::chrono::round<std::chrono::milliseconds>(options_.wall_clock() - options_.clock());
+}
 
 std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQuery& query) const {
     Poco::JSON::Object root;
