@@ -173,7 +173,6 @@ public:
         state_->exec_results.pop_front();
         return result;
     }
-    void import_image(std::istream&, const std::string&) override { enter("import"); }
     std::unique_ptr<EventStream> events(const EventsOptions&) override {
         enter("events");
         throw ServerError(501, "not in the fake", "events: 501");

@@ -1,9 +1,13 @@
-// A scripted, in-memory Engine for the daemon's unit tests: containers (and networks and
-// volumes) live in maps,
-// faults are queued per call and container (409, 500, removal in progress, timeout,
-// unreachable), and event streams are fed by the test (and can be broken). Every
-// destructive call is recorded so tests can assert what was, and was never, touched.
+// The one scripted, in-memory engine of the unit tests: reaperd's port (EnginePort) over
+// containers, networks and volumes kept in maps. Faults come from a table, queued per call
+// and object (409, 500, removal in progress, timeout, unreachable), and event streams are
+// fed by the test (and can be broken). Every call is recorded, destructive ones by id, so
+// tests can assert what was, and was never, touched. It answers as Docker does: ids,
+// names and unique prefixes resolve, a stop or kill leaves the container exited, and a
+// plain delete of a running one is a 409.
 #pragma once
+
+#include "engine_port.hpp"
 
 #include <reaper/engine.hpp>
 
@@ -40,7 +44,7 @@ inline Fault server_error() {
 inline Fault timeout() { return {reaper::EngineErrorKind::Timeout, 0, ""}; }
 inline Fault unreachable() { return {reaper::EngineErrorKind::Unreachable, 0, ""}; }
 
-class FakeEngine final : public reaper::Engine {
+class FakeEngine final : public reaperd::EnginePort {
 public:
     class Stream final : public reaper::EventStream {
     public:
@@ -250,17 +254,21 @@ public:
         auto it = call_counts_.find(op);
         return it == call_counts_.end() ? 0 : it->second;
     }
+    struct Call {
+        std::string op;  // as fail() names it: "inspect", "stop", "remove", "list", ...
+        std::string id;  // the reference the caller gave; "" for a call on no object
+    };
+    // Every call so far, in order.
+    std::vector<Call> calls() const {
+        std::lock_guard lock(mutex_);
+        return call_log_;
+    }
     std::size_t open_streams() const {
         std::lock_guard lock(mutex_);
         return streams_.size();
     }
 
-    // ---- Engine ----------------------------------------------------------------------
-    void ping() override { check("ping", ""); }
-    reaper::VersionInfo version() override {
-        check("version", "");
-        return {"20.10.24", "1.41", "1.12", "linux", "amd64"};
-    }
+    // ---- EnginePort ------------------------------------------------------------------
     reaper::EngineInfo info() override {
         check("info", "");
         return {docker_root_dir};
@@ -307,12 +315,8 @@ public:
         if (!match) throw reaper::NotFound(404, "No such container: " + reference, reference);
         return *match;
     }
-    std::string create(const reaper::ContainerSpec&) override {
-        throw reaper::BadRequest(400, "not scripted", "create");
-    }
-    void start(const std::string&) override {}
-    void stop(const std::string& id, std::chrono::seconds) override { destructive("stop", id); }
-    void kill(const std::string& id, const std::string&) override { destructive("kill", id); }
+    void stop(const std::string& id, std::chrono::seconds) override { halt("stop", id); }
+    void kill(const std::string& id, const std::string&) override { halt("kill", id); }
     void remove(const std::string& id, const reaper::RemoveOptions& options) override {
         std::lock_guard lock(mutex_);
         destructive_calls_.push_back(id);
@@ -325,12 +329,6 @@ public:
         removed_.push_back(id);
         broadcast({"container", "destroy", id, {}, 0});
     }
-    int wait(const std::string&, std::chrono::milliseconds) override { return 0; }
-    int exec(const std::string&, const std::vector<std::string>&,
-             std::chrono::milliseconds) override {
-        return 0;
-    }
-    void import_image(std::istream&, const std::string&) override {}
     std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions& options) override {
         std::lock_guard lock(mutex_);
         check_locked("events", "");
@@ -424,6 +422,7 @@ private:
     }
     void check_locked(const std::string& op, const std::string& id) {
         ++call_counts_[op];
+        call_log_.push_back({op, id});
         if (closed_) throw reaper::ClientClosed(0, "", "closed");
         if (down_) throw reaper::Unreachable(0, "", "engine unreachable");
         for (const std::string& key : {op + "/" + id, op + "/"}) {
@@ -434,10 +433,16 @@ private:
             reaper::throw_engine_error(f.kind, f.status, f.message, op + " " + id + ": injected");
         }
     }
-    void destructive(const std::string& op, const std::string& id) {
+    // A stop or kill: the container is exited after it, as after the engine's; one it does
+    // not hold is left to the caller's inspect to find gone.
+    void halt(const std::string& op, const std::string& id) {
         std::lock_guard lock(mutex_);
         destructive_calls_.push_back(id);
         check_locked(op, id);
+        if (auto it = containers_.find(id); it != containers_.end()) {
+            it->second.state.status = "exited";
+            it->second.state.running = false;
+        }
     }
 
     mutable std::mutex mutex_;
@@ -451,6 +456,7 @@ private:
     std::vector<std::string> removed_;
     std::vector<std::string> destructive_calls_;
     std::map<std::string, int> call_counts_;
+    std::vector<Call> call_log_;
     std::set<std::string> held_;
     std::size_t holding_ = 0;
     bool down_ = false;
