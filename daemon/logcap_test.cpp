@@ -254,7 +254,7 @@ BOOST_AUTO_TEST_SUITE_END()
 // leaving the rest of it in the file: so a cut shows as "under the cap", not as empty.
 namespace {
 
-using reaperd::test::FakeEngine;
+using reaper::test::FakeEngine;
 
 struct Record {
     Priority priority;
