@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
     }
     auto& engine = reaper::test::engine();
     reaper::Client client(engine.client_options());
+    reaperd::EngineAdapter port(client);  // what reaperd's main gives its capper
 
     // Baseline: how fast the writer grows its log with nothing in the way.
     double baseline_rate = 0;
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
     options.logs.max_size_bytes = cap_bytes;
     options.logs.action = reaperd::LogAction::truncate;
     options.sink = [](reaperd::Priority, std::string_view, std::string_view, std::vector<reaperd::LogField>) {};
-    reaperd::LogCapper capper(client, options);
+    reaperd::LogCapper capper(port, options);
     capper.start();
     std::optional<Writer> writer(std::in_place, client, "bench-capped");
     reaperd::ContainerLog c;
@@ -272,7 +273,7 @@ int main(int argc, char** argv) {
             }
             ::close(fd);
         });
-        reaperd::LogCapper synthetic(client, options);
+        reaperd::LogCapper synthetic(port, options);
         synthetic.start();
         reaperd::ContainerLog sc;
         sc.id = id;

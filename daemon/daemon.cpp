@@ -105,7 +105,7 @@ reaper::control::KindCounts queued_of(const Registry& registry, const std::strin
 
 }  // namespace
 
-Daemon::Daemon(Config config, reaper::Engine& engine, DaemonOptions options)
+Daemon::Daemon(Config config, EnginePort& engine, DaemonOptions options)
     : config_(std::move(config)),
       engine_(engine),
       guard_(engine, GuardConfig::from(config_)),

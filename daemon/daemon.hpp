@@ -40,6 +40,7 @@
 
 #include "config.hpp"
 #include "control_server.hpp"
+#include "engine_port.hpp"
 #include "guard.hpp"
 #include "metrics.hpp"
 #include "metrics_http.hpp"
@@ -88,7 +89,7 @@ struct DaemonOptions {
 class Daemon final : public ControlHandler {
 public:
     // `engine` must outlive the daemon; run() closes it when it returns.
-    Daemon(Config config, reaper::Engine& engine, DaemonOptions options);
+    Daemon(Config config, EnginePort& engine, DaemonOptions options);
     ~Daemon() override;
     Daemon(const Daemon&) = delete;
     Daemon& operator=(const Daemon&) = delete;
@@ -172,7 +173,7 @@ private:
     std::string status_line() const;
 
     Config config_;
-    reaper::Engine& engine_;
+    EnginePort& engine_;
     // The one door for every stop, kill and remove (the reaper's, the capper's); the loop
     // installs config_ into it at each reload.
     Guard guard_;

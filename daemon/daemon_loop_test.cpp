@@ -19,8 +19,9 @@
 #include <thread>
 
 using namespace reaperd;
-using reaperd::test::FakeEngine;
-using reaperd::test::Fault;
+namespace test = reaper::test;
+using test::FakeEngine;
+using test::Fault;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -189,8 +190,8 @@ BOOST_AUTO_TEST_CASE(survives_the_engine_going_away_and_reaps_when_it_is_back) {
 BOOST_AUTO_TEST_CASE(an_unsupported_engine_is_its_own_state_and_blocks_readiness_until_it_changes) {
     TempDir dir;
     FakeEngine engine;
-    const reaperd::test::Fault refused{reaper::EngineErrorKind::Unsupported, 200, ""};
-    engine.fail("events", "", std::vector<reaperd::test::Fault>(40, refused));
+    const Fault refused{reaper::EngineErrorKind::Unsupported, 200, ""};
+    engine.fail("events", "", std::vector<Fault>(40, refused));
     Running r(fast_config(dir.path), engine, false);
     BOOST_TEST(Running::wait([&] { return r.status()->getValue<std::string>("engine") == "unsupported"; }));
     BOOST_TEST(!r.status()->getValue<bool>("ready"));

@@ -181,7 +181,7 @@ std::string describe(const reaper::EngineError& error) {
     return text;
 }
 
-Guard::Guard(reaper::Engine& engine, GuardConfig config, LogSink sink)
+Guard::Guard(EnginePort& engine, GuardConfig config, LogSink sink)
     : engine_(engine),
       sink_(std::move(sink)),
       config_(std::make_shared<const GuardConfig>(std::move(config))) {}

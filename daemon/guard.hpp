@@ -23,6 +23,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "engine_port.hpp"
 #include "log.hpp"
 #include "vocabulary.hpp"
 
@@ -175,7 +176,7 @@ std::string describe(const reaper::EngineError& error);
 
 class Guard {
 public:
-    Guard(reaper::Engine& engine, GuardConfig config, LogSink sink = default_sink());
+    Guard(EnginePort& engine, GuardConfig config, LogSink sink = default_sink());
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
 
@@ -206,7 +207,7 @@ private:
     // True when more leases were opened on the expected session than the caller had seen.
     bool came_alive(const Expectation& expect) const;
 
-    reaper::Engine& engine_;
+    EnginePort& engine_;
     LogSink sink_;
     mutable std::mutex mutex_;
     std::shared_ptr<const GuardConfig> config_;  // guarded by mutex_

@@ -13,8 +13,9 @@
 #include <thread>
 
 using namespace reaperd;
-using reaperd::test::FakeEngine;
-using reaperd::test::Fault;
+namespace test = reaper::test;
+using test::FakeEngine;
+using test::Fault;
 
 namespace {
 

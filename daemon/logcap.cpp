@@ -820,7 +820,7 @@ struct LogCapper::Loop {
 LogCapper::LogCapper(Guard& guard, Options options) : LogCapper(nullptr, &guard, std::move(options)) {}
 
 // `options` is passed on as a copy: its sink is read for the door in the same call.
-LogCapper::LogCapper(reaper::Engine& engine, Options options)
+LogCapper::LogCapper(EnginePort& engine, Options options)
     : LogCapper(std::make_unique<Guard>(engine, GuardConfig{}, options.sink), nullptr, options) {}
 
 LogCapper::LogCapper(std::unique_ptr<Guard> own_guard, Guard* shared_guard, Options options)

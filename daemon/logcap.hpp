@@ -109,7 +109,7 @@ public:
     LogCapper(Guard& guard, Options options);
     // A capper alone (tools, benchmarks): a door of its own on `engine`, with the default
     // sessions.labels and no dry run; its refusals go to options.sink.
-    LogCapper(reaper::Engine& engine, Options options);
+    LogCapper(EnginePort& engine, Options options);
     ~LogCapper();  // stop()
     LogCapper(const LogCapper&) = delete;
     LogCapper& operator=(const LogCapper&) = delete;

@@ -1,6 +1,8 @@
 #include "logcap.hpp"
 #include "logcap_policy.hpp"
 
+#include "fake_engine.hpp"
+
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -252,70 +254,7 @@ BOOST_AUTO_TEST_SUITE_END()
 // leaving the rest of it in the file: so a cut shows as "under the cap", not as empty.
 namespace {
 
-class FakeEngine : public reaper::Engine {
-public:
-    struct Call {
-        std::string op;
-        std::string id;
-    };
-    std::vector<Call> calls() {
-        std::lock_guard lock(mutex_);
-        return calls_;
-    }
-    std::atomic<bool> running{true};
-    std::atomic<bool> fail{false};
-    // What inspect answers as each container's labels (the door checks ownership there).
-    void label(const std::string& id, reaper::Labels labels) {
-        std::lock_guard lock(mutex_);
-        labels_[id] = std::move(labels);
-    }
-
-    void ping() override {}
-    reaper::VersionInfo version() override { return {}; }
-    reaper::EngineInfo info() override { return {}; }
-    std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions&) override { return {}; }
-    reaper::ContainerInfo inspect(const std::string& id) override {
-        note("inspect", id);
-        reaper::ContainerInfo info;
-        info.id = id;
-        info.state.running = running;
-        std::lock_guard lock(mutex_);
-        if (auto it = labels_.find(id); it != labels_.end()) info.labels = it->second;
-        return info;
-    }
-    std::string create(const reaper::ContainerSpec&) override { return {}; }
-    void start(const std::string&) override {}
-    void stop(const std::string& id, std::chrono::seconds) override { act("stop", id); }
-    void kill(const std::string& id, const std::string&) override { act("kill", id); }
-    void remove(const std::string& id, const reaper::RemoveOptions&) override { act("remove", id); }
-    int wait(const std::string&, std::chrono::milliseconds) override { return 0; }
-    int exec(const std::string&, const std::vector<std::string>&, std::chrono::milliseconds) override {
-        return 0;
-    }
-    void import_image(std::istream&, const std::string&) override {}
-    std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions&) override { return nullptr; }
-    std::vector<reaper::NetworkInfo> list_networks(const reaper::Filters&) override { return {}; }
-    reaper::NetworkInfo inspect_network(const std::string& id) override { return {id, id, "", "", {}, {}}; }
-    void remove_network(const std::string& id) override { act("remove_network", id); }
-    std::vector<reaper::VolumeInfo> list_volumes(const reaper::Filters&) override { return {}; }
-    reaper::VolumeInfo inspect_volume(const std::string& name) override { return {name, "", "", {}}; }
-    void remove_volume(const std::string& name) override { act("remove_volume", name); }
-    void close() noexcept override {}
-
-private:
-    void note(const std::string& op, const std::string& id) {
-        std::lock_guard lock(mutex_);
-        calls_.push_back({op, id});
-    }
-    void act(const std::string& op, const std::string& id) {
-        note(op, id);
-        if (fail) throw reaper::ServerError(500, "boom", "fake engine failed " + op);
-        running = false;
-    }
-    std::mutex mutex_;
-    std::vector<Call> calls_;
-    std::map<std::string, reaper::Labels> labels_;
-};
+using reaper::test::FakeEngine;
 
 struct Record {
     Priority priority;
@@ -367,7 +306,7 @@ struct Fixture {
         c.session = session;
         c.log_driver = driver;
         c.docker_root_dir = root.string();
-        if (!session.empty()) engine.label(id, {{"reaperd.session", session}});
+        engine.add(id, session.empty() ? reaper::Labels{} : reaper::Labels{{"reaperd.session", session}});
         fs::create_directories(root / "containers" / id);
         if (driver == "json-file") {
             c.log_path = (root / "containers" / id / (id + "-json.log")).string();
@@ -623,7 +562,7 @@ BOOST_AUTO_TEST_CASE(a_halted_container_is_acted_on_again_only_after_it_starts_a
             std::this_thread::sleep_for(300ms);
             BOOST_TEST(acted() == 1);
             if (action == LogAction::remove) continue;
-            f.engine.running = true;
+            f.engine.start_container(owned.id, owned.log_path);
             capper.add(owned);  // the daemon feeds it again when it starts again
             BOOST_TEST(eventually([&] { return acted() == 2; }));
         }
@@ -632,7 +571,7 @@ BOOST_AUTO_TEST_CASE(a_halted_container_is_acted_on_again_only_after_it_starts_a
 
 BOOST_AUTO_TEST_CASE(a_failed_stop_is_retried_with_a_warning) {
     Fixture f;
-    f.engine.fail = true;
+    f.engine.fail("stop", "", {{reaper::EngineErrorKind::Server, 500, "boom"}, {reaper::EngineErrorKind::Server, 500, "boom"}});
     auto options = f.options(logs_config(LogAction::stop, LogScope::sessions, 1 * MiB));
     options.retry_interval = 100ms;
     LogCapper capper(f.engine, options);
@@ -646,7 +585,6 @@ BOOST_AUTO_TEST_CASE(a_failed_stop_is_retried_with_a_warning) {
     BOOST_TEST_REQUIRE(!warnings.empty());
     BOOST_TEST((warnings[0].priority == Priority::warning));
     BOOST_TEST(warnings[0].fields["ERROR"] == "engine error 500: boom");  // the engine's own words
-    f.engine.fail = false;
     BOOST_TEST_REQUIRE(eventually([&] { return capper.counters().stops == 1u; }));
 }
 

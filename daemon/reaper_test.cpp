@@ -10,8 +10,9 @@
 #include <thread>
 
 using namespace reaperd;
-using reaperd::test::FakeEngine;
-using reaperd::test::Fault;
+namespace test = reaper::test;
+using test::FakeEngine;
+using test::Fault;
 
 namespace {
 const reaper::Labels owned{{"reaperd.session", "s"}};

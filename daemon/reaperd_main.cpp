@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
         reaperd::DaemonOptions options;
         options.config_path = config_path;
         options.engine_address = client_options.address.to_string();
-        reaperd::Daemon daemon(std::move(config), *client, options);
+        reaperd::EngineAdapter engine(*client);
+        reaperd::Daemon daemon(std::move(config), engine, options);
         return daemon.run();
     } catch (const reaperd::ConfigValueError& e) {
         // Found only when put to use (no such group, an address taken): the file's fault all

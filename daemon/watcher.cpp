@@ -51,7 +51,7 @@ reaper::ContainerInfo Watcher::from_summary(const reaper::ContainerSummary& summ
     return info;
 }
 
-Watcher::Watcher(reaper::Engine& engine, WatcherOptions options, Sink sink)
+Watcher::Watcher(EnginePort& engine, WatcherOptions options, Sink sink)
     : engine_(engine), sink_(std::move(sink)), options_(options) {}
 
 Watcher::~Watcher() { stop(); }

@@ -15,6 +15,7 @@
 // capper) is fetched when the loop asks (want_log_info), on a few threads of its own.
 #pragma once
 
+#include "engine_port.hpp"
 #include "guard.hpp"  // ObjectRef
 
 #include <reaper/engine.hpp>
@@ -86,7 +87,7 @@ class Watcher {
 public:
     using Sink = std::function<void(WatchEvent)>;
 
-    Watcher(reaper::Engine& engine, WatcherOptions options, Sink sink);
+    Watcher(EnginePort& engine, WatcherOptions options, Sink sink);
     ~Watcher();  // stop()
     Watcher(const Watcher&) = delete;
     Watcher& operator=(const Watcher&) = delete;
@@ -148,7 +149,7 @@ private:
     void object_event(const reaper::Event& event);
     bool sleep_for(std::chrono::milliseconds delay);  // false when stopping
 
-    reaper::Engine& engine_;
+    EnginePort& engine_;
     Sink sink_;
     std::mutex mutex_;
     std::condition_variable wake_;

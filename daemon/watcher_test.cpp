@@ -10,7 +10,8 @@
 #include <thread>
 
 using namespace reaperd;
-using reaperd::test::FakeEngine;
+namespace test = reaper::test;
+using test::FakeEngine;
 using namespace std::chrono_literals;
 
 namespace {
@@ -130,7 +131,7 @@ BOOST_AUTO_TEST_CASE(engine_down_is_reported_once_and_retried_until_back) {
 // reason, retried with the same backoff, and up once the engine speaks our version again.
 BOOST_AUTO_TEST_CASE(an_unsupported_engine_is_reported_as_such_not_as_down) {
     FakeEngine engine;
-    const reaperd::test::Fault pinned_too_old{reaper::EngineErrorKind::Unsupported, 200, ""};
+    const test::Fault pinned_too_old{reaper::EngineErrorKind::Unsupported, 200, ""};
     engine.fail("events", "", {pinned_too_old, pinned_too_old, pinned_too_old});
     Recorder rec;
     Watcher watcher(engine, fast(), std::ref(rec));

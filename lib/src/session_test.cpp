@@ -2,7 +2,7 @@
 
 #include "eventually.hpp"
 #include "fake_control_server.hpp"
-#include "fake_engine_test_support.hpp"
+#include "fake_engine.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -20,15 +20,15 @@ using reaper::test::eventually;
 namespace {
 
 struct Fixture {
-    std::shared_ptr<FakeEngine::State> state = std::make_shared<FakeEngine::State>();
+    FakeEngine fake;
     std::shared_ptr<std::vector<LogRecord>> logs = std::make_shared<std::vector<LogRecord>>();
     std::shared_ptr<int> factory_calls = std::make_shared<int>(0);
 
     SessionOptions options() {
         SessionOptions o;
-        o.engine_factory = [state = state, calls = factory_calls]() -> std::unique_ptr<Engine> {
+        o.engine_factory = [fake = &fake, calls = factory_calls]() -> std::unique_ptr<Engine> {
             ++*calls;
-            return std::make_unique<FakeEngine>(state);
+            return fake->connection();
         };
         o.use_daemon = false;
         o.ready_timeout = 2s;
@@ -52,15 +52,15 @@ struct Fixture {
 };
 
 // Asserts the state every failed open must leave behind.
-void check_cleared(Session& session, FakeEngine::State& state) {
-    BOOST_TEST(state.close_calls == 1);
+void check_cleared(Session& session, const FakeEngine& fake) {
+    BOOST_TEST(fake.close_calls() == 1);
     BOOST_TEST(!session.is_open());
     BOOST_TEST(session.container_id().empty());
     BOOST_TEST(!session.holds_lease());
     BOOST_CHECK_THROW(session.engine(), std::logic_error);
     // The object is spent: closing again changes nothing and a second open is refused.
     session.close();
-    BOOST_TEST(state.close_calls == 1);
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 template <class Error, class F>
@@ -85,13 +85,13 @@ BOOST_FIXTURE_TEST_CASE(create_labels_caps_and_teardown, Fixture) {
     BOOST_TEST(session.created_container());
     BOOST_TEST(session.delete_on_exit());
     BOOST_TEST(*factory_calls == 1);
-    auto& created = state->containers.at(session.container_id());
-    BOOST_TEST(created.spec.labels.at("reaperd.session") == session.id());
-    BOOST_TEST(created.spec.log_config.type == "json-file");
-    BOOST_TEST(created.spec.log_config.options.at("max-size") == "10m");
-    BOOST_TEST(created.spec.log_config.options.at("max-file") == "2");
-    BOOST_TEST(created.spec.network_mode == "none");
-    const auto& marker = created.spec.labels.at(open_marker_label);
+    auto created = fake.spec(session.container_id());
+    BOOST_TEST(created.labels.at("reaperd.session") == session.id());
+    BOOST_TEST(created.log_config.type == "json-file");
+    BOOST_TEST(created.log_config.options.at("max-size") == "10m");
+    BOOST_TEST(created.log_config.options.at("max-file") == "2");
+    BOOST_TEST(created.network_mode == "none");
+    const auto& marker = created.labels.at(open_marker_label);
     BOOST_TEST(marker.size() == 32u);  // 128 bits in hex
     BOOST_TEST(marker.find_first_not_of("0123456789abcdef") == std::string::npos);
 
@@ -101,14 +101,14 @@ BOOST_FIXTURE_TEST_CASE(create_labels_caps_and_teardown, Fixture) {
     BOOST_TEST(to_string(result.container) == "removed");
     BOOST_TEST(result.container_id == id);
     BOOST_TEST(!result.forced);
-    BOOST_TEST(state->close_calls == 1);
-    BOOST_TEST(!state->has_container(id));
-    BOOST_TEST(state->count("remove force=0") == 1);
-    BOOST_TEST(state->count("kill") == 0);
+    BOOST_TEST(fake.close_calls() == 1);
+    BOOST_TEST(!fake.exists(id));
+    BOOST_TEST(fake.removes(false) == 1);
+    BOOST_TEST(fake.calls("kill") == 0);
 
     auto again = session.close();
     BOOST_TEST(to_string(again.container) == "removed");
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_FIXTURE_TEST_CASE(custom_label_key_session_id_and_log_caps, Fixture) {
@@ -120,10 +120,10 @@ BOOST_FIXTURE_TEST_CASE(custom_label_key_session_id_and_log_caps, Fixture) {
     auto s = spec();
     s.log_config.options["max-size"] = "5m";  // the spec's own choice wins
     session.create(s);
-    auto& created = state->containers.at(session.container_id());
-    BOOST_TEST(created.spec.labels.at("example.owner") == "build-42");
-    BOOST_TEST(created.spec.log_config.options.at("max-size") == "5m");
-    BOOST_TEST(created.spec.log_config.options.at("max-file") == "3");
+    auto created = fake.spec(session.container_id());
+    BOOST_TEST(created.labels.at("example.owner") == "build-42");
+    BOOST_TEST(created.log_config.options.at("max-size") == "5m");
+    BOOST_TEST(created.log_config.options.at("max-file") == "3");
 }
 
 BOOST_FIXTURE_TEST_CASE(other_log_drivers_are_left_alone, Fixture) {
@@ -131,7 +131,7 @@ BOOST_FIXTURE_TEST_CASE(other_log_drivers_are_left_alone, Fixture) {
     auto s = spec();
     s.log_config.type = "none";
     session.create(s);
-    BOOST_TEST(state->containers.at(session.container_id()).spec.log_config.options.empty());
+    BOOST_TEST(fake.spec(session.container_id()).log_config.options.empty());
 }
 
 BOOST_FIXTURE_TEST_CASE(bad_input_fails_before_acquiring_anything, Fixture) {
@@ -153,7 +153,7 @@ BOOST_FIXTURE_TEST_CASE(bad_input_fails_before_acquiring_anything, Fixture) {
     o.session_id = "has space";
     BOOST_CHECK_THROW(Session{o}, std::invalid_argument);
     BOOST_TEST(*factory_calls == 0);
-    BOOST_TEST(state->calls.empty());
+    BOOST_TEST(fake.calls().empty());
 }
 
 BOOST_FIXTURE_TEST_CASE(a_session_opens_once, Fixture) {
@@ -166,19 +166,18 @@ BOOST_FIXTURE_TEST_CASE(a_session_opens_once, Fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(waits_for_health_and_probe, Fixture) {
-    state->health_status = "starting";
-    state->exec_results = {1, 1, 0};
+    fake.set_health("starting");
+    fake.script_exec({1, 1, 0});
     auto o = options();
     o.readiness_probe = {"test", "-e", "/ready"};
     Session session(o);
-    std::thread healer([state = state.get()] {
+    std::thread healer([this] {
         std::this_thread::sleep_for(50ms);  // real time: the session waits for health meanwhile
-        std::lock_guard lock(state->mutex);
-        for (auto& [id, c] : state->containers) c.info.state.health_status = "healthy";
+        fake.update_containers([](ContainerInfo& c) { c.state.health_status = "healthy"; });
     });
     session.create(spec());
     healer.join();
-    BOOST_TEST(state->count("exec") == 3);
+    BOOST_TEST(fake.calls("exec") == 3);
     BOOST_TEST(session.is_open());
 }
 
@@ -192,12 +191,12 @@ BOOST_FIXTURE_TEST_CASE(template_create_uses_its_probe, Fixture) {
     library.add(tmpl);
     Session session(options());
     session.create_from_template(library, "sandbox");
-    BOOST_TEST(state->count("exec") == 1);
-    BOOST_TEST(state->containers.at(session.container_id()).spec.name.empty());
+    BOOST_TEST(fake.calls("exec") == 1);
+    BOOST_TEST(fake.spec(session.container_id()).name.empty());
 }
 
 BOOST_FIXTURE_TEST_CASE(attach_by_name_keeps_the_container, Fixture) {
-    auto id = FakeEngine::add_running(*state, "existing");
+    auto id = fake.add_running("existing");
     Session session(options());
     session.attach("existing");
     BOOST_TEST(session.container_id() == id);
@@ -205,18 +204,18 @@ BOOST_FIXTURE_TEST_CASE(attach_by_name_keeps_the_container, Fixture) {
     BOOST_TEST(!session.delete_on_exit());
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "kept");
-    BOOST_TEST(state->has_container(id));
-    BOOST_TEST(state->count("remove") == 0);
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.exists(id));
+    BOOST_TEST(fake.calls("remove") == 0);
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_FIXTURE_TEST_CASE(attach_deleted_when_asked, Fixture) {
-    auto id = FakeEngine::add_running(*state, "existing");
+    auto id = fake.add_running("existing");
     Session session(options());
     session.attach(id);
     session.set_delete_on_exit(true);
     BOOST_TEST(to_string(session.close().container) == "removed");
-    BOOST_TEST(!state->has_container(id));
+    BOOST_TEST(!fake.exists(id));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -225,11 +224,11 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(failed_open)
 
 BOOST_FIXTURE_TEST_CASE(create_fails, Fixture) {
-    state->next_faults["create"].push_back([] { throw ServerError(500, "boom", "create: 500 boom"); });
+    fake.before("create", [] { throw ServerError(500, "boom", "create: 500 boom"); });
     Session session(options());
     check_original<ServerError>([&] { session.create(spec()); }, "create: 500 boom");
-    check_cleared(session, *state);
-    BOOST_TEST(state->containers.empty());
+    check_cleared(session, fake);
+    BOOST_TEST(fake.container_count() == 0u);
     BOOST_TEST(to_string(session.teardown_result()->container) == "none");
 }
 
@@ -239,24 +238,24 @@ BOOST_FIXTURE_TEST_CASE(create_fails, Fixture) {
 BOOST_FIXTURE_TEST_CASE(create_answer_lost_removes_only_the_container_with_its_marker, Fixture) {
     auto o = options();
     o.session_id = "shared";
-    const auto sibling = FakeEngine::add_running(
-        *state, "sibling", {{"reaperd.session", "shared"}, {open_marker_label, std::string(32, 'a')}});
-    const auto unmarked = FakeEngine::add_running(*state, "unmarked", {{"reaperd.session", "shared"}});
-    const auto other = FakeEngine::add_running(*state, "other", {{"reaperd.session", "another-session"}});
-    state->lose_create_answers = 1;
+    const auto sibling = fake.add_running(
+        "sibling", {{"reaperd.session", "shared"}, {open_marker_label, std::string(32, 'a')}});
+    const auto unmarked = fake.add_running("unmarked", {{"reaperd.session", "shared"}});
+    const auto other = fake.add_running("other", {{"reaperd.session", "another-session"}});
+    fake.lose_create_answers(1);
     Session session(o);
     check_original<Timeout>([&] { session.create(spec()); }, "create: timed out");
-    check_cleared(session, *state);
+    check_cleared(session, fake);
     const auto& result = *session.teardown_result();
     BOOST_TEST(to_string(result.container) == "removed");
     BOOST_TEST(!result.container_id.empty());
-    BOOST_TEST(!state->has_container(result.container_id));
-    BOOST_TEST(state->count("remove") == 1);
-    BOOST_TEST(state->count("kill") == 1);
-    BOOST_TEST(state->containers.size() == 3u);
+    BOOST_TEST(!fake.exists(result.container_id));
+    BOOST_TEST(fake.calls("remove") == 1);
+    BOOST_TEST(fake.calls("kill") == 1);
+    BOOST_TEST(fake.container_count() == 3u);
     for (const auto& id : {sibling, unmarked, other}) {
-        BOOST_TEST(state->has_container(id));
-        BOOST_TEST(state->containers.at(id).info.state.running);
+        BOOST_TEST(fake.exists(id));
+        BOOST_TEST(fake.container(id).state.running);
     }
 }
 
@@ -267,21 +266,21 @@ BOOST_FIXTURE_TEST_CASE(failed_create_leaves_a_sibling_sessions_container, Fixtu
     o.session_id = "shared";
     Session first(o);
     first.create(spec());
-    state->next_faults["create"].push_back(
-        [] { throw NotFound(404, "No such image: nope:latest", "create: 404 No such image: nope:latest"); });
+    fake.before("create",
+                [] { throw NotFound(404, "No such image: nope:latest", "create: 404 No such image: nope:latest"); });
     Session second(o);
     check_original<NotFound>([&] { second.create(spec()); }, "create: 404 No such image: nope:latest");
-    check_cleared(second, *state);
+    check_cleared(second, fake);
     BOOST_TEST(to_string(second.teardown_result()->container) == "none");
-    BOOST_TEST(state->has_container(first.container_id()));
-    BOOST_TEST(state->containers.at(first.container_id()).info.state.running);
-    BOOST_TEST(state->count("remove") == 0);
-    BOOST_TEST(state->count("kill") == 0);
+    BOOST_TEST(fake.exists(first.container_id()));
+    BOOST_TEST(fake.container(first.container_id()).state.running);
+    BOOST_TEST(fake.calls("remove") == 0);
+    BOOST_TEST(fake.calls("kill") == 0);
 }
 
 BOOST_FIXTURE_TEST_CASE(template_create_fails, Fixture) {
-    state->next_faults["create"].push_back(
-        [] { throw NotFound(404, "No such image: nope:latest", "create: 404 No such image: nope:latest"); });
+    fake.before("create",
+                [] { throw NotFound(404, "No such image: nope:latest", "create: 404 No such image: nope:latest"); });
     SessionTemplate tmpl;
     tmpl.name = "t";
     tmpl.spec.image = "nope:latest";
@@ -290,24 +289,23 @@ BOOST_FIXTURE_TEST_CASE(template_create_fails, Fixture) {
     Session session(options());
     check_original<NotFound>([&] { session.create_from_template(library, "t"); },
                              "create: 404 No such image: nope:latest");
-    check_cleared(session, *state);
-    BOOST_TEST(state->containers.empty());
+    check_cleared(session, fake);
+    BOOST_TEST(fake.container_count() == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(start_fails_created_container_force_removed, Fixture) {
-    state->next_faults["start"].push_back([] { throw ServerError(500, "oci runtime", "start: 500 oci runtime"); });
+    fake.before("start", [] { throw ServerError(500, "oci runtime", "start: 500 oci runtime"); });
     Session session(options());
     check_original<ServerError>([&] { session.create(spec()); }, "start: 500 oci runtime");
-    check_cleared(session, *state);
-    BOOST_TEST(state->containers.empty());
-    BOOST_TEST(state->count("remove force=1") == 1);
-    BOOST_TEST(state->count("remove force=0") == 0);
+    check_cleared(session, fake);
+    BOOST_TEST(fake.container_count() == 0u);
+    BOOST_TEST(fake.removes(true) == 1);
+    BOOST_TEST(fake.removes(false) == 0);
     BOOST_TEST(session.teardown_result()->forced);
 }
 
 BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_exited, Fixture) {
-    state->exits_at_once = true;
-    state->exit_code = 3;
+    fake.exit_at_start(3);
     Session session(options());
     try {
         session.create(spec());
@@ -315,31 +313,30 @@ BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_exited, Fixture) {
     } catch (const NotReady& e) {
         BOOST_TEST(std::string(e.what()).find("exit code 3") != std::string::npos);
     }
-    check_cleared(session, *state);
-    BOOST_TEST(state->containers.empty());
+    check_cleared(session, fake);
+    BOOST_TEST(fake.container_count() == 0u);
     BOOST_TEST(to_string(session.teardown_result()->container) == "removed");
 }
 
 BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_dies_while_settling, Fixture) {
     auto o = options();
     o.ready_settle = 200ms;
-    state->next_faults["inspect"].push_back([] {});
-    state->next_faults["inspect"].push_back([state = state.get()] {
-        std::lock_guard lock(state->mutex);
-        for (auto& [id, c] : state->containers) {
-            c.info.state.running = false;
-            c.info.state.status = "exited";
-            c.info.state.exit_code = 1;
-        }
+    fake.before("inspect", [] {});
+    fake.before("inspect", [this] {
+        fake.update_containers([](ContainerInfo& c) {
+            c.state.running = false;
+            c.state.status = "exited";
+            c.state.exit_code = 1;
+        });
     });
     Session session(o);
     BOOST_CHECK_THROW(session.create(spec()), NotReady);
-    check_cleared(session, *state);
-    BOOST_TEST(state->containers.empty());
+    check_cleared(session, fake);
+    BOOST_TEST(fake.container_count() == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_times_out, Fixture) {
-    state->exec_default = 1;
+    fake.script_exec({}, 1);
     auto o = options();
     o.readiness_probe = {"false"};
     o.ready_timeout = 100ms;
@@ -347,60 +344,62 @@ BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_times_out, Fixture) {
     auto started = std::chrono::steady_clock::now();
     BOOST_CHECK_THROW(session.create(spec()), NotReady);
     BOOST_TEST((std::chrono::steady_clock::now() - started < 5s));
-    check_cleared(session, *state);
-    BOOST_TEST(state->containers.empty());
+    check_cleared(session, fake);
+    BOOST_TEST(fake.container_count() == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(readiness_of_new_container_unhealthy, Fixture) {
-    state->health_status = "unhealthy";
+    fake.set_health("unhealthy");
     Session session(options());
     BOOST_CHECK_THROW(session.create(spec()), NotReady);
-    check_cleared(session, *state);
-    BOOST_TEST(state->containers.empty());
+    check_cleared(session, fake);
+    BOOST_TEST(fake.container_count() == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(attach_fails, Fixture) {
     Session session(options());
-    check_original<NotFound>([&] { session.attach("missing"); }, "404");
-    check_cleared(session, *state);
-    BOOST_TEST(state->count("remove") == 0);
+    check_original<NotFound>([&] { session.attach("missing"); }, "missing");  // the fake's what(): the reference
+    check_cleared(session, fake);
+    BOOST_TEST(fake.calls("remove") == 0);
     BOOST_TEST(to_string(session.teardown_result()->container) == "none");
 }
 
 BOOST_FIXTURE_TEST_CASE(readiness_of_attached_container_fails, Fixture) {
-    auto id = FakeEngine::add_running(*state, "existing");
-    state->always_faults["exec"] = [] { throw ServerError(500, "exec failed", "exec: 500 exec failed"); };
+    auto id = fake.add_running("existing");
+    fake.before_every("exec", [] { throw ServerError(500, "exec failed", "exec: 500 exec failed"); });
     auto o = options();
     o.readiness_probe = {"true"};
     o.delete_on_exit = true;  // even then a failed open never removes an attached container
     Session session(o);
     check_original<ServerError>([&] { session.attach("existing"); }, "exec: 500 exec failed");
-    check_cleared(session, *state);
-    BOOST_TEST(state->has_container(id));
-    BOOST_TEST(state->count("remove") == 0);
-    BOOST_TEST(state->count("kill") == 0);
+    check_cleared(session, fake);
+    BOOST_TEST(fake.exists(id));
+    BOOST_TEST(fake.calls("remove") == 0);
+    BOOST_TEST(fake.calls("kill") == 0);
 }
 
 BOOST_FIXTURE_TEST_CASE(attached_container_not_running, Fixture) {
-    auto id = FakeEngine::add_running(*state, "existing");
-    state->containers.at(id).info.state.running = false;
-    state->containers.at(id).info.state.status = "exited";
+    auto id = fake.add_running("existing");
+    fake.update_containers([](ContainerInfo& c) {
+        c.state.running = false;
+        c.state.status = "exited";
+    });
     Session session(options());
     BOOST_CHECK_THROW(session.attach(id), NotReady);
-    check_cleared(session, *state);
-    BOOST_TEST(state->has_container(id));
+    check_cleared(session, fake);
+    BOOST_TEST(fake.exists(id));
 }
 
 // The cleanup fails too: the original exception still comes out, the cleanup failure is
 // logged and kept.
 BOOST_FIXTURE_TEST_CASE(cleanup_failure_never_replaces_the_original, Fixture) {
-    state->next_faults["start"].push_back([] { throw std::domain_error("original failure"); });
-    state->always_faults["remove"] = [] { throw ServerError(500, "driver failed", "remove: 500 driver failed"); };
+    fake.before("start", [] { throw std::domain_error("original failure"); });
+    fake.before_every("remove", [] { throw ServerError(500, "driver failed", "remove: 500 driver failed"); });
     Session session(options());
     check_original<std::domain_error>([&] { session.create(spec()); }, "original failure");
-    check_cleared(session, *state);
+    check_cleared(session, fake);
     BOOST_TEST(to_string(session.teardown_result()->container) == "orphaned");
-    BOOST_TEST(state->containers.size() == 1u);
+    BOOST_TEST(fake.container_count() == 1u);
     BOOST_REQUIRE(session.last_cleanup_error());
     BOOST_CHECK_THROW(std::rethrow_exception(session.last_cleanup_error()), ServerError);
     BOOST_TEST(logged(LogLevel::Warning, "left behind"));
@@ -429,11 +428,11 @@ BOOST_FIXTURE_TEST_CASE(delete_409_kills_and_forces, Fixture) {
     auto result = session.close();  // the fake answers 409 to a plain delete of a running container
     BOOST_TEST(to_string(result.container) == "removed");
     BOOST_TEST(result.forced);
-    BOOST_TEST(!state->has_container(id));
-    BOOST_TEST(state->count("remove force=0") == 1);
-    BOOST_TEST(state->count("kill") == 1);
-    BOOST_TEST(state->count("remove force=1") == 1);
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(!fake.exists(id));
+    BOOST_TEST(fake.removes(false) == 1);
+    BOOST_TEST(fake.calls("kill") == 1);
+    BOOST_TEST(fake.removes(true) == 1);
+    BOOST_TEST(fake.close_calls() == 1);
     BOOST_TEST(!session.is_open());
     BOOST_TEST(session.container_id().empty());
 }
@@ -442,28 +441,27 @@ BOOST_FIXTURE_TEST_CASE(delete_500_retries_with_force, Fixture) {
     Session session(options());
     session.create(spec());
     auto id = session.container_id();
-    state->next_faults["remove"].push_back([] { throw ServerError(500, "busy", "remove: 500"); });
-    state->next_faults["remove"].push_back([] { throw ServerError(500, "busy", "remove: 500"); });
+    fake.before("remove", [] { throw ServerError(500, "busy", "remove: 500"); });
+    fake.before("remove", [] { throw ServerError(500, "busy", "remove: 500"); });
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "removed");
     BOOST_TEST(result.forced);
-    BOOST_TEST(state->count("remove force=1") == 2);
-    BOOST_TEST(!state->has_container(id));
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.removes(true) == 2);
+    BOOST_TEST(!fake.exists(id));
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_FIXTURE_TEST_CASE(removal_in_progress_ends_when_it_is_gone, Fixture) {
     Session session(options());
     session.create(spec());
     auto id = session.container_id();
-    state->always_faults["remove"] = [state = state.get(), id] {
-        std::lock_guard lock(state->mutex);
-        state->containers.erase(id);  // the engine's own removal finishes
+    fake.before_every("remove", [this, id] {
+        fake.drop_silently(id);  // the engine's own removal finishes
         throw Conflict(409, "removal of container is already in progress", "remove: 409");
-    };
+    });
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "removed");
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_FIXTURE_TEST_CASE(force_remove_failing_orphans_within_budget, Fixture) {
@@ -472,17 +470,17 @@ BOOST_FIXTURE_TEST_CASE(force_remove_failing_orphans_within_budget, Fixture) {
     Session session(o);
     session.create(spec());
     auto id = session.container_id();
-    state->always_faults["remove"] = [] { throw ServerError(500, "device busy", "remove: 500 device busy"); };
+    fake.before_every("remove", [] { throw ServerError(500, "device busy", "remove: 500 device busy"); });
     auto started = std::chrono::steady_clock::now();
     auto result = session.close();
     auto took = std::chrono::steady_clock::now() - started;
     BOOST_TEST(to_string(result.container) == "orphaned");
     BOOST_TEST(!result.orphan_reported);  // no daemon in this test
     BOOST_TEST(result.container_id == id);
-    BOOST_TEST(state->count("remove force=1") >= 2);  // retried
+    BOOST_TEST(fake.removes(true) >= 2);  // retried
     BOOST_TEST((took < 3s));
-    BOOST_TEST(state->has_container(id));
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.exists(id));
+    BOOST_TEST(fake.close_calls() == 1);
     BOOST_TEST(logged(LogLevel::Warning, "left behind"));
     BOOST_CHECK_THROW(std::rethrow_exception(session.last_cleanup_error()), ServerError);
 }
@@ -493,13 +491,10 @@ BOOST_FIXTURE_TEST_CASE(force_remove_failing_orphans_within_budget, Fixture) {
 BOOST_FIXTURE_TEST_CASE(client_close_failing_and_dead_client, Fixture) {
     Session session(options());
     session.create(spec());
-    {
-        std::lock_guard lock(state->mutex);
-        state->closed = true;
-    }
+    fake.close();
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "orphaned");
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.close_calls() == 1);
     BOOST_TEST(!session.is_open());
 }
 
@@ -511,9 +506,9 @@ BOOST_FIXTURE_TEST_CASE(delete_on_exit_off_keeps_container_closes_client, Fixtur
     auto id = session.container_id();
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "kept");
-    BOOST_TEST(state->has_container(id));
-    BOOST_TEST(state->count("remove") == 0);
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.exists(id));
+    BOOST_TEST(fake.calls("remove") == 0);
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_FIXTURE_TEST_CASE(destructor_tears_down, Fixture) {
@@ -523,8 +518,8 @@ BOOST_FIXTURE_TEST_CASE(destructor_tears_down, Fixture) {
         session.create(spec());
         id = session.container_id();
     }
-    BOOST_TEST(!state->has_container(id));
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(!fake.exists(id));
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_FIXTURE_TEST_CASE(throwing_log_sink_is_contained, Fixture) {
@@ -532,26 +527,26 @@ BOOST_FIXTURE_TEST_CASE(throwing_log_sink_is_contained, Fixture) {
     o.log = [](const LogRecord&) { throw std::runtime_error("sink broke"); };
     Session session(o);
     session.create(spec());
-    state->always_faults["remove"] = [] { throw ServerError(500, "x", "remove: 500"); };
+    fake.before_every("remove", [] { throw ServerError(500, "x", "remove: 500"); });
     BOOST_TEST(to_string(session.close().container) == "orphaned");
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_FIXTURE_TEST_CASE(sessions_in_threads_do_not_disturb_each_other, Fixture) {
     constexpr int threads = 8, per_thread = 4;
-    std::vector<std::shared_ptr<FakeEngine::State>> states;
-    for (int i = 0; i < threads * per_thread; ++i) states.push_back(std::make_shared<FakeEngine::State>());
+    std::vector<std::unique_ptr<FakeEngine>> fakes;
+    for (int i = 0; i < threads * per_thread; ++i) fakes.push_back(std::make_unique<FakeEngine>());
     std::vector<std::thread> workers;
     for (int t = 0; t < threads; ++t)
         workers.emplace_back([&, t] {
             for (int i = 0; i < per_thread; ++i) {
-                auto& s = states[t * per_thread + i];
+                auto& engine = *fakes[t * per_thread + i];
                 SessionOptions o;
                 o.use_daemon = false;
                 o.ready_poll_interval = 1ms;
                 o.log = {};
-                o.engine_factory = [s] { return std::make_unique<FakeEngine>(s); };
-                if (i % 2) s->exits_at_once = true;
+                o.engine_factory = [&engine] { return engine.connection(); };
+                if (i % 2) engine.exit_at_start(0);
                 Session session(o);
                 try {
                     session.create(spec());
@@ -560,9 +555,9 @@ BOOST_FIXTURE_TEST_CASE(sessions_in_threads_do_not_disturb_each_other, Fixture) 
             }
         });
     for (auto& w : workers) w.join();
-    for (auto& s : states) {
-        BOOST_TEST(s->close_calls == 1);
-        BOOST_TEST(s->containers.empty());
+    for (auto& engine : fakes) {
+        BOOST_TEST(engine->close_calls() == 1);
+        BOOST_TEST(engine->container_count() == 0u);
     }
 }
 
@@ -582,7 +577,7 @@ BOOST_FIXTURE_TEST_CASE(lease_held_while_open_and_orphan_reported, Fixture) {
     BOOST_TEST(session.holds_lease());
     BOOST_TEST(eventually([&] { return server.leases_held(session.id()) == 1; }));
 
-    state->always_faults["remove"] = [] { throw ServerError(500, "stuck", "remove: 500 stuck"); };
+    fake.before_every("remove", [] { throw ServerError(500, "stuck", "remove: 500 stuck"); });
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "orphaned");
     BOOST_TEST(result.orphan_reported);
@@ -594,7 +589,7 @@ BOOST_FIXTURE_TEST_CASE(lease_held_while_open_and_orphan_reported, Fixture) {
     BOOST_TEST(std::string(control::to_string(requests[1].op)) == "orphan");
     BOOST_TEST(requests[1].container == id);
     BOOST_TEST(requests[1].session == session.id());
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_FIXTURE_TEST_CASE(failed_open_releases_the_lease, Fixture) {
@@ -602,12 +597,12 @@ BOOST_FIXTURE_TEST_CASE(failed_open_releases_the_lease, Fixture) {
     auto o = options();
     o.use_daemon = true;
     o.control_socket = server.socket_path();
-    state->exits_at_once = true;
+    fake.exit_at_start(0);
     Session session(o);
     BOOST_CHECK_THROW(session.create(spec()), NotReady);
     BOOST_TEST(eventually([&] { return server.leases_held(session.id()) == 0; }));
     BOOST_TEST(server.requests().size() == 1u);
-    check_cleared(session, *state);
+    check_cleared(session, fake);
 }
 
 // reaperd is down when the session opens, appears, then restarts: the session's lease follows
@@ -646,7 +641,7 @@ BOOST_FIXTURE_TEST_CASE(lease_taken_when_reaperd_appears_and_again_after_a_resta
     BOOST_TEST(logged(LogLevel::Info, "working without a lease until it answers"));
     BOOST_TEST(logged(LogLevel::Info, "reaperd closed the lease"));
     BOOST_TEST(logged(LogLevel::Info, "holding a reaperd lease"));
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.close_calls() == 1);
     std::filesystem::remove_all(dir);
 }
 
@@ -658,11 +653,11 @@ BOOST_FIXTURE_TEST_CASE(no_daemon_works_alone, Fixture) {
     session.create(spec());
     BOOST_TEST(!session.holds_lease());
     BOOST_TEST(logged(LogLevel::Info, "not reachable"));
-    state->always_faults["remove"] = [] { throw ServerError(500, "stuck", "remove: 500"); };
+    fake.before_every("remove", [] { throw ServerError(500, "stuck", "remove: 500"); });
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "orphaned");
     BOOST_TEST(!result.orphan_reported);
-    BOOST_TEST(state->close_calls == 1);
+    BOOST_TEST(fake.close_calls() == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

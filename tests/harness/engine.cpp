@@ -198,7 +198,7 @@ std::string EngineFront::log_text() const {
     return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void import_busybox_image(Engine& client, const std::string& reference) {
+void import_busybox_image(Client& client, const std::string& reference) {
     fs::path root = fs::temp_directory_path() / unique_name("reaper-rootfs");
     fs::create_directories(root / "bin");
     fs::copy_file("/bin/busybox", root / "bin/busybox");

@@ -101,7 +101,7 @@ private:
 };
 
 // Imports the busybox test image into the engine behind `client`.
-void import_busybox_image(Engine& client, const std::string& reference);
+void import_busybox_image(Client& client, const std::string& reference);
 
 // Open file descriptors of this process right now.
 std::size_t open_fd_count();

@@ -66,6 +66,7 @@ struct Records {
 
 struct Fixture {
     reaper::Client client{engine().client_options()};
+    reaperd::EngineAdapter port{client};  // what reaperd's main gives its capper
     std::string root = engine().data_root();  // the engine's DockerRootDir (GET /info)
     Records records;
     std::vector<std::string> created;
@@ -179,7 +180,7 @@ std::uint64_t max_size_over(const ContainerLog& c, std::chrono::milliseconds dur
 
 BOOST_AUTO_TEST_CASE(truncate_keeps_a_runaway_running_and_its_log_under_the_cap) {
     Fixture f;
-    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 10 * MiB));
+    LogCapper capper(f.port, f.options(LogAction::truncate, LogScope::sessions, 10 * MiB));
     capper.start();
     auto id = f.run(runaway, "s-truncate");
     auto c = f.describe(id);
@@ -202,7 +203,7 @@ BOOST_AUTO_TEST_CASE(stop_kill_and_remove_act_on_session_owned_containers_only) 
     for (auto action : {LogAction::stop, LogAction::kill, LogAction::remove}) {
         BOOST_TEST_CONTEXT("action " << to_string(action)) {
             Fixture f;
-            LogCapper capper(f.client, f.options(action, LogScope::all, 1 * MiB));
+            LogCapper capper(f.port, f.options(action, LogScope::all, 1 * MiB));
             capper.start();
             auto owned = f.run(burst_then_sleep, "s-" + std::string(to_string(action)));
             auto unowned = f.run(burst_then_sleep, "");
@@ -227,7 +228,7 @@ BOOST_AUTO_TEST_CASE(stop_kill_and_remove_act_on_session_owned_containers_only) 
 
 BOOST_AUTO_TEST_CASE(scope_all_truncates_an_unlabeled_runaway_and_never_stops_it) {
     Fixture f;
-    LogCapper capper(f.client, f.options(LogAction::remove, LogScope::all, 4 * MiB));
+    LogCapper capper(f.port, f.options(LogAction::remove, LogScope::all, 4 * MiB));
     capper.start();
     auto id = f.run(runaway, "");
     auto c = f.describe(id);
@@ -244,7 +245,7 @@ BOOST_AUTO_TEST_CASE(scope_all_truncates_an_unlabeled_runaway_and_never_stops_it
 
 BOOST_AUTO_TEST_CASE(a_container_without_a_log_file_is_skipped_with_a_message) {
     Fixture f;
-    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 1 * MiB));
+    LogCapper capper(f.port, f.options(LogAction::truncate, LogScope::sessions, 1 * MiB));
     capper.start();
     auto id = f.run(burst_then_sleep, "s-none", reaper::LogConfig{"none", {}});
     auto c = f.describe(id);
@@ -267,7 +268,7 @@ BOOST_AUTO_TEST_CASE(rotated_files_count_toward_the_cap) {
     // 2 MiB (2.10 MB) cap, and it stays over once the burst is done. A burst of 15,000 lines
     // settled at 2.01 MB after a third rotation dropped the oldest file: a capper slowed down
     // by a loaded machine (CI) could miss the moment it was over and never cut.
-    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 2 * MiB));
+    LogCapper capper(f.port, f.options(LogAction::truncate, LogScope::sessions, 2 * MiB));
     capper.start();
     auto id = f.run(burst_of(13000), "s-rotate",
                     reaper::LogConfig{"json-file", {{"max-size", "1m"}, {"max-file", "3"}}});
@@ -281,7 +282,7 @@ BOOST_AUTO_TEST_CASE(rotated_files_count_toward_the_cap) {
 
 BOOST_AUTO_TEST_CASE(the_local_driver_is_capped) {
     Fixture f;
-    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 1 * MiB));
+    LogCapper capper(f.port, f.options(LogAction::truncate, LogScope::sessions, 1 * MiB));
     capper.start();
     auto id = f.run(runaway, "s-local", reaper::LogConfig{"local", {}});
     auto c = f.describe(id);
@@ -293,7 +294,7 @@ BOOST_AUTO_TEST_CASE(the_local_driver_is_capped) {
 
 BOOST_AUTO_TEST_CASE(a_label_overrides_the_default_and_a_broken_one_falls_back_with_one_warning) {
     Fixture f;
-    LogCapper capper(f.client, f.options(LogAction::truncate, LogScope::sessions, 8 * MiB));
+    LogCapper capper(f.port, f.options(LogAction::truncate, LogScope::sessions, 8 * MiB));
     capper.start();
     auto small = f.run(burst_then_sleep, "s-label", {}, {{logcap::max_size_label, "1MiB"}});
     auto broken = f.run(burst_then_sleep, "s-label", {}, {{logcap::max_size_label, "a lot"}});

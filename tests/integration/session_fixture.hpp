@@ -60,7 +60,6 @@ public:
     int exec(const std::string& id, const std::vector<std::string>& cmd, std::chrono::milliseconds timeout) override {
         return client_.exec(id, cmd, timeout);
     }
-    void import_image(std::istream& tar, const std::string& reference) override { client_.import_image(tar, reference); }
     std::unique_ptr<EventStream> events(const EventsOptions& options) override { return client_.events(options); }
     std::vector<NetworkInfo> list_networks(const Filters& filters) override { return client_.list_networks(filters); }
     NetworkInfo inspect_network(const std::string& id) override { return client_.inspect_network(id); }

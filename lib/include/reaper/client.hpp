@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <istream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -135,6 +136,9 @@ public:
     const ClientOptions& options() const noexcept;
     // Open connections right now (idle + busy + streams): for leak tests.
     std::size_t open_connections() const;
+    // Imports a root filesystem tarball as image `reference` ("name:tag"): how the test
+    // harness provides its images; no session or daemon imports one, so Engine has no such call.
+    void import_image(std::istream& tar, const std::string& reference);
 
     void ping() override;
     VersionInfo version() override;
@@ -149,7 +153,6 @@ public:
     int wait(const std::string& id, std::chrono::milliseconds timeout) override;
     int exec(const std::string& id, const std::vector<std::string>& cmd,
              std::chrono::milliseconds timeout) override;
-    void import_image(std::istream& tar, const std::string& reference) override;
     std::unique_ptr<EventStream> events(const EventsOptions& options) override;
     std::vector<NetworkInfo> list_networks(const Filters& filters) override;
     NetworkInfo inspect_network(const std::string& id) override;

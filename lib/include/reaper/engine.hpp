@@ -1,12 +1,13 @@
-// The narrow interface to the Docker Engine that the library and the daemon use, with only
-// the calls they need, plus the data types those calls exchange. `Client` (client.hpp) is
-// the real implementation over HTTP; tests substitute scripted fakes to inject faults.
+// The interface to the Docker Engine that the library's sessions are given (and that tools
+// and benchmarks drive), plus the data types its calls exchange. `Client` (client.hpp) is
+// the real implementation over HTTP; tests substitute a scripted fake
+// (tests/support/fake_engine.hpp) to inject faults. reaperd depends on a narrower port of
+// its own (daemon/engine_port.hpp); importing an image is the concrete Client's alone.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <istream>
 #include <ostream>
 #include <map>
 #include <memory>
@@ -256,8 +257,6 @@ public:
     // Runs `cmd` inside a running container and returns its exit code (readiness probes).
     virtual int exec(const std::string& id, const std::vector<std::string>& cmd,
                      std::chrono::milliseconds timeout) = 0;
-    // Imports a root filesystem tarball as image `reference` ("name:tag").
-    virtual void import_image(std::istream& tar, const std::string& reference) = 0;
     virtual std::unique_ptr<EventStream> events(const EventsOptions& options) = 0;
 
     // Networks and volumes (filters as for containers, e.g. {"label": ["reaperd.session"]}).

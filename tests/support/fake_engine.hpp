@@ -1,23 +1,33 @@
-// A scripted, in-memory Engine for the daemon's unit tests: containers (and networks and
-// volumes) live in maps,
-// faults are queued per call and container (409, 500, removal in progress, timeout,
-// unreachable), and event streams are fed by the test (and can be broken). Every
-// destructive call is recorded so tests can assert what was, and was never, touched.
+// The one scripted, in-memory engine of the unit tests: both the library's Engine (what a
+// Session calls, through connection()) and reaperd's port (EnginePort), over containers,
+// networks and volumes kept in maps. Faults come from a table, queued per call and object
+// (409, 500, removal in progress, timeout, unreachable); what a table cannot say (a
+// container that changes between two calls, a non-engine exception, a fault with the
+// engine's own text) is a hook run before a call. Event streams are fed by the test (and can be broken). Every call is
+// recorded, destructive ones by id, so tests can assert what was, and was never, touched.
+// It answers as Docker does: ids, names and unique prefixes resolve, a stop or kill leaves
+// the container exited, and a plain delete of a running one is a 409.
 #pragma once
+
+#include "engine_port.hpp"
 
 #include <reaper/engine.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
-namespace reaperd::test {
+namespace reaper::test {
 
 struct Fault {
     reaper::EngineErrorKind kind;
@@ -40,7 +50,7 @@ inline Fault server_error() {
 inline Fault timeout() { return {reaper::EngineErrorKind::Timeout, 0, ""}; }
 inline Fault unreachable() { return {reaper::EngineErrorKind::Unreachable, 0, ""}; }
 
-class FakeEngine final : public reaper::Engine {
+class FakeEngine final : public reaper::Engine, public reaperd::EnginePort {
 public:
     class Stream final : public reaper::EventStream {
     public:
@@ -206,7 +216,7 @@ public:
         std::lock_guard lock(mutex_);
         return volumes_.count(name) > 0;
     }
-    // The next calls of `op` ("inspect", "remove", "list", "events", "ping") on `id` ("" =
+    // The next calls of `op` (a method's name; "list" for list_containers) on `id` ("" =
     // any) fail with these faults, in order.
     void fail(const std::string& op, const std::string& id, std::vector<Fault> faults) {
         std::lock_guard lock(mutex_);
@@ -216,6 +226,8 @@ public:
     void clear_faults() {
         std::lock_guard lock(mutex_);
         faults_.clear();
+        hooks_.clear();
+        every_hooks_.clear();
     }
     // While down, every call fails Unreachable and open streams break.
     void set_down(bool down) {
@@ -250,12 +262,101 @@ public:
         auto it = call_counts_.find(op);
         return it == call_counts_.end() ? 0 : it->second;
     }
+    struct Call {
+        std::string op;  // as fail() names it: "inspect", "stop", "remove", "list", ...
+        std::string id;  // the reference the caller gave; "" for a call on no object
+        bool force = false;  // a remove's RemoveOptions::force
+    };
+    // Removes so far with (or without) force.
+    int removes(bool force) const {
+        std::lock_guard lock(mutex_);
+        return static_cast<int>(std::count_if(call_log_.begin(), call_log_.end(), [&](const Call& call) {
+            return call.op == "remove" && call.force == force;
+        }));
+    }
+    // Every call so far, in order.
+    std::vector<Call> calls() const {
+        std::lock_guard lock(mutex_);
+        return call_log_;
+    }
     std::size_t open_streams() const {
         std::lock_guard lock(mutex_);
         return streams_.size();
     }
 
-    // ---- Engine ----------------------------------------------------------------------
+    // ---- scripting what a Session meets -----------------------------------------------
+    // Adds a running container named `name`, as `docker run -d --name` leaves it (for attach),
+    // and returns its id.
+    std::string add_running(const std::string& name, reaper::Labels labels = {}) {
+        std::string id;
+        {
+            std::lock_guard lock(mutex_);
+            id = next_id_locked();
+        }
+        add(id, std::move(labels));
+        rename(id, name);
+        return id;
+    }
+    // Started containers exit at once with `exit_code` instead of running.
+    void exit_at_start(int exit_code) {
+        std::lock_guard lock(mutex_);
+        exit_at_start_ = exit_code;
+    }
+    // Started containers have a health check in this status ("" = none).
+    void set_health(const std::string& status) {
+        std::lock_guard lock(mutex_);
+        health_status_ = status;
+    }
+    // Execs answer `results` in order, then `otherwise`.
+    void script_exec(std::deque<int> results, int otherwise = 0) {
+        std::lock_guard lock(mutex_);
+        exec_results_ = std::move(results);
+        exec_otherwise_ = otherwise;
+    }
+    // The next `count` creates make their container, then time out: the answer was lost.
+    void lose_create_answers(int count) {
+        std::lock_guard lock(mutex_);
+        lost_create_answers_ = count;
+    }
+    // The next call of `op` runs `hook` first, without the fake's lock (so it may script the
+    // fake); what it throws is the call's answer. Hooks queue, one per call.
+    void before(const std::string& op, std::function<void()> hook) {
+        std::lock_guard lock(mutex_);
+        hooks_[op].push_back(std::move(hook));
+    }
+    // Every call of `op` with no queued hook left runs `hook` first, until clear_faults().
+    void before_every(const std::string& op, std::function<void()> hook) {
+        std::lock_guard lock(mutex_);
+        every_hooks_[op] = std::move(hook);
+    }
+    // Changes every container as the engine would behind the caller's back.
+    void update_containers(const std::function<void(reaper::ContainerInfo&)>& change) {
+        std::lock_guard lock(mutex_);
+        for (auto& [id, info] : containers_) change(info);
+    }
+    reaper::ContainerInfo container(const std::string& id) const {
+        std::lock_guard lock(mutex_);
+        return containers_.at(id);
+    }
+    // What create() was given for `id`.
+    reaper::ContainerSpec spec(const std::string& id) const {
+        std::lock_guard lock(mutex_);
+        return specs_.at(id);
+    }
+    std::size_t container_count() const {
+        std::lock_guard lock(mutex_);
+        return containers_.size();
+    }
+    // A handle a Session can own (SessionOptions::engine_factory): every call goes to this
+    // fake, which must outlive it; its close() is counted (close_calls()) and ends that
+    // handle only, whose later calls throw ClientClosed.
+    std::unique_ptr<reaper::Engine> connection();
+    int close_calls() const {
+        std::lock_guard lock(mutex_);
+        return close_calls_;
+    }
+
+    // ---- Engine and EnginePort -------------------------------------------------------
     void ping() override { check("ping", ""); }
     reaper::VersionInfo version() override {
         check("version", "");
@@ -265,14 +366,19 @@ public:
         check("info", "");
         return {docker_root_dir};
     }
-    std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions&) override {
+    // `all` and "label" filters ("key" or "key=value", ANDed) apply as the engine applies them.
+    std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions& options) override {
+        enter("list", "");
         std::lock_guard lock(mutex_);
         check_locked("list", "");
         std::vector<reaper::ContainerSummary> out;
         for (const auto& [id, info] : containers_) {
+            if (!options.all && !info.state.running) continue;
+            if (!has_labels(info.labels, options.filters)) continue;
             reaper::ContainerSummary s;
             s.id = id;
             s.names = {info.name};
+            s.image = info.image;
             s.labels = info.labels;
             s.state = info.state.status;
             out.push_back(s);
@@ -282,6 +388,7 @@ public:
     // Resolves `reference` as the engine does: the exact id, else a name, else an id prefix
     // that only one container has (one that several have is a 500, as dockerd answers it).
     reaper::ContainerInfo inspect(const std::string& reference) override {
+        enter("inspect", reference);
         std::unique_lock lock(mutex_);
         check_locked("inspect", reference);
         if (auto it = containers_.find(reference); it != containers_.end()) {
@@ -294,29 +401,48 @@ public:
             }
             return answer;
         }
-        for (const auto& [id, info] : containers_)
-            if (info.name == reference) return info;
-        const reaper::ContainerInfo* match = nullptr;
-        for (const auto& [id, info] : containers_) {
-            if (id.rfind(reference, 0) != 0) continue;
-            if (match)
-                throw reaper::ServerError(500, "multiple IDs found with provided prefix: " + reference,
-                                          "inspect " + reference);
-            match = &info;
+        return find_locked(reference);
+    }
+    std::string create(const reaper::ContainerSpec& spec) override {
+        enter("create", "");
+        std::lock_guard lock(mutex_);
+        check_locked("create", "");
+        reaper::ContainerInfo info;
+        info.id = next_id_locked();
+        info.name = spec.name.empty() ? "fake_" + info.id.substr(0, 6) : spec.name;
+        info.image = spec.image;
+        info.labels = spec.labels;
+        info.state.status = "created";
+        info.log_driver = spec.log_config.type;
+        info.log_options = spec.log_config.options;
+        containers_[info.id] = info;
+        specs_[info.id] = spec;
+        broadcast({"container", "create", info.id, attributes(info), 1767225600000000000});
+        if (lost_create_answers_ > 0) {
+            --lost_create_answers_;
+            throw reaper::Timeout(0, "", "create: timed out");
         }
-        if (!match) throw reaper::NotFound(404, "No such container: " + reference, reference);
-        return *match;
+        return info.id;
     }
-    std::string create(const reaper::ContainerSpec&) override {
-        throw reaper::BadRequest(400, "not scripted", "create");
+    void start(const std::string& reference) override {
+        enter("start", reference);
+        std::lock_guard lock(mutex_);
+        check_locked("start", reference);
+        auto& info = find_locked(reference);
+        info.state.running = !exit_at_start_;
+        info.state.status = exit_at_start_ ? "exited" : "running";
+        info.state.exit_code = exit_at_start_.value_or(0);
+        info.has_healthcheck = !health_status_.empty();
+        info.state.health_status = health_status_;
+        broadcast({"container", "start", info.id, attributes(info), 1767225601000000000});
     }
-    void start(const std::string&) override {}
-    void stop(const std::string& id, std::chrono::seconds) override { destructive("stop", id); }
-    void kill(const std::string& id, const std::string&) override { destructive("kill", id); }
+    void stop(const std::string& id, std::chrono::seconds) override { halt("stop", id); }
+    void kill(const std::string& id, const std::string&) override { halt("kill", id); }
     void remove(const std::string& id, const reaper::RemoveOptions& options) override {
+        enter("remove", id, options.force);
         std::lock_guard lock(mutex_);
         destructive_calls_.push_back(id);
-        check_locked("remove", id);
+        check_locked("remove", id, options.force);
         auto it = containers_.find(id);
         if (it == containers_.end()) throw reaper::NotFound(404, "No such container: " + id, id);
         if (it->second.state.running && !options.force)
@@ -325,13 +451,22 @@ public:
         removed_.push_back(id);
         broadcast({"container", "destroy", id, {}, 0});
     }
-    int wait(const std::string&, std::chrono::milliseconds) override { return 0; }
-    int exec(const std::string&, const std::vector<std::string>&,
-             std::chrono::milliseconds) override {
+    int wait(const std::string& id, std::chrono::milliseconds) override {
+        check("wait", id);
         return 0;
     }
-    void import_image(std::istream&, const std::string&) override {}
+    int exec(const std::string& reference, const std::vector<std::string>&, std::chrono::milliseconds) override {
+        enter("exec", reference);
+        std::lock_guard lock(mutex_);
+        check_locked("exec", reference);
+        find_locked(reference);
+        if (exec_results_.empty()) return exec_otherwise_;
+        int result = exec_results_.front();
+        exec_results_.pop_front();
+        return result;
+    }
     std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions& options) override {
+        enter("events", "");
         std::lock_guard lock(mutex_);
         check_locked("events", "");
         auto stream = std::make_unique<Stream>(*this);
@@ -342,6 +477,7 @@ public:
     // Networks and volumes: ops "list_networks", "inspect_network", "remove_network",
     // "list_volumes", "inspect_volume", "remove_volume" for fail(). Filters are ignored.
     std::vector<reaper::NetworkInfo> list_networks(const reaper::Filters&) override {
+        enter("list_networks", "");
         std::lock_guard lock(mutex_);
         check_locked("list_networks", "");
         std::vector<reaper::NetworkInfo> out;
@@ -353,6 +489,7 @@ public:
     }
     // Resolves as the engine does: the full id, a name, or an id prefix.
     reaper::NetworkInfo inspect_network(const std::string& reference) override {
+        enter("inspect_network", reference);
         std::lock_guard lock(mutex_);
         check_locked("inspect_network", reference);
         if (auto it = networks_.find(reference); it != networks_.end()) return it->second;
@@ -361,6 +498,7 @@ public:
         throw reaper::NotFound(404, "network " + reference + " not found", reference);
     }
     void remove_network(const std::string& id) override {
+        enter("remove_network", id);
         std::lock_guard lock(mutex_);
         destructive_calls_.push_back(id);
         check_locked("remove_network", id);
@@ -374,6 +512,7 @@ public:
         broadcast({"network", "destroy", id, {}, 0});
     }
     std::vector<reaper::VolumeInfo> list_volumes(const reaper::Filters&) override {
+        enter("list_volumes", "");
         std::lock_guard lock(mutex_);
         check_locked("list_volumes", "");
         std::vector<reaper::VolumeInfo> out;
@@ -381,12 +520,14 @@ public:
         return out;
     }
     reaper::VolumeInfo inspect_volume(const std::string& name) override {
+        enter("inspect_volume", name);
         std::lock_guard lock(mutex_);
         check_locked("inspect_volume", name);
         if (auto it = volumes_.find(name); it != volumes_.end()) return it->second;
         throw reaper::NotFound(404, "get " + name + ": no such volume", name);
     }
     void remove_volume(const std::string& name) override {
+        enter("remove_volume", name);
         std::lock_guard lock(mutex_);
         destructive_calls_.push_back(name);
         check_locked("remove_volume", name);
@@ -405,6 +546,8 @@ public:
     }
 
 private:
+    class Connection;
+
     // A container event's attributes as Docker sends them: the labels, the name and the image.
     std::map<std::string, std::string> attributes(const reaper::ContainerInfo& info) const {
         if (!attributes_in_events) return {};
@@ -419,11 +562,38 @@ private:
         changed_.notify_all();
     }
     void check(const std::string& op, const std::string& id) {
+        enter(op, id);
         std::lock_guard lock(mutex_);
         check_locked(op, id);
     }
-    void check_locked(const std::string& op, const std::string& id) {
+    // Runs the next hook queued for `op`, else its every-call hook, if any. A call its hook
+    // answered is recorded all the same.
+    void enter(const std::string& op, const std::string& id, bool force = false) {
+        std::function<void()> hook;
+        {
+            std::lock_guard lock(mutex_);
+            if (auto it = hooks_.find(op); it != hooks_.end() && !it->second.empty()) {
+                hook = std::move(it->second.front());
+                it->second.pop_front();
+            } else if (auto every = every_hooks_.find(op); every != every_hooks_.end()) {
+                hook = every->second;
+            }
+        }
+        if (!hook) return;
+        try {
+            hook();
+        } catch (...) {
+            std::lock_guard lock(mutex_);
+            record_locked(op, id, force);
+            throw;
+        }
+    }
+    void record_locked(const std::string& op, const std::string& id, bool force) {
         ++call_counts_[op];
+        call_log_.push_back({op, id, force});
+    }
+    void check_locked(const std::string& op, const std::string& id, bool force = false) {
+        record_locked(op, id, force);
         if (closed_) throw reaper::ClientClosed(0, "", "closed");
         if (down_) throw reaper::Unreachable(0, "", "engine unreachable");
         for (const std::string& key : {op + "/" + id, op + "/"}) {
@@ -434,10 +604,49 @@ private:
             reaper::throw_engine_error(f.kind, f.status, f.message, op + " " + id + ": injected");
         }
     }
-    void destructive(const std::string& op, const std::string& id) {
+    reaper::ContainerInfo& find_locked(const std::string& reference) {
+        if (auto it = containers_.find(reference); it != containers_.end()) return it->second;
+        for (auto& [id, info] : containers_)
+            if (info.name == reference) return info;
+        reaper::ContainerInfo* match = nullptr;
+        for (auto& [id, info] : containers_) {
+            if (id.rfind(reference, 0) != 0) continue;
+            if (match)
+                throw reaper::ServerError(500, "multiple IDs found with provided prefix: " + reference,
+                                          "inspect " + reference);
+            match = &info;
+        }
+        if (!match) throw reaper::NotFound(404, "No such container: " + reference, reference);
+        return *match;
+    }
+    // Ids as the engine makes them: 64 hex digits.
+    std::string next_id_locked() {
+        char id[65];
+        std::snprintf(id, sizeof id, "%064x", next_id_++);
+        return id;
+    }
+    static bool has_labels(const reaper::Labels& labels, const reaper::Filters& filters) {
+        auto wanted = filters.find("label");
+        if (wanted == filters.end()) return true;
+        for (const auto& want : wanted->second) {
+            auto eq = want.find('=');
+            auto it = labels.find(want.substr(0, eq));
+            if (it == labels.end()) return false;
+            if (eq != std::string::npos && it->second != want.substr(eq + 1)) return false;
+        }
+        return true;
+    }
+    // A stop or kill: the container is exited after it, as after the engine's; one it does
+    // not hold is left to the caller's inspect to find gone.
+    void halt(const std::string& op, const std::string& id) {
+        enter(op, id);
         std::lock_guard lock(mutex_);
         destructive_calls_.push_back(id);
         check_locked(op, id);
+        if (auto it = containers_.find(id); it != containers_.end()) {
+            it->second.state.status = "exited";
+            it->second.state.running = false;
+        }
     }
 
     mutable std::mutex mutex_;
@@ -447,14 +656,76 @@ private:
     std::map<std::string, reaper::VolumeInfo> volumes_;
     std::set<std::string> volumes_in_use_;
     std::map<std::string, std::deque<Fault>> faults_;
+    std::map<std::string, std::deque<std::function<void()>>> hooks_;
+    std::map<std::string, std::function<void()>> every_hooks_;
+    std::map<std::string, reaper::ContainerSpec> specs_;
+    std::optional<int> exit_at_start_;
+    std::string health_status_;
+    std::deque<int> exec_results_;
+    int exec_otherwise_ = 0;
+    int lost_create_answers_ = 0;
+    int next_id_ = 1;
+    int close_calls_ = 0;
     std::set<Stream*> streams_;
     std::vector<std::string> removed_;
     std::vector<std::string> destructive_calls_;
     std::map<std::string, int> call_counts_;
+    std::vector<Call> call_log_;
     std::set<std::string> held_;
     std::size_t holding_ = 0;
     bool down_ = false;
     bool closed_ = false;
 };
 
-}  // namespace reaperd::test
+class FakeEngine::Connection final : public reaper::Engine {
+public:
+    explicit Connection(FakeEngine& engine) : engine_(engine) {}
+
+    void ping() override { open().ping(); }
+    reaper::VersionInfo version() override { return open().version(); }
+    reaper::EngineInfo info() override { return open().info(); }
+    std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions& options) override {
+        return open().list_containers(options);
+    }
+    reaper::ContainerInfo inspect(const std::string& id) override { return open().inspect(id); }
+    std::string create(const reaper::ContainerSpec& spec) override { return open().create(spec); }
+    void start(const std::string& id) override { open().start(id); }
+    void stop(const std::string& id, std::chrono::seconds grace) override { open().stop(id, grace); }
+    void kill(const std::string& id, const std::string& signal) override { open().kill(id, signal); }
+    void remove(const std::string& id, const reaper::RemoveOptions& options) override { open().remove(id, options); }
+    int wait(const std::string& id, std::chrono::milliseconds timeout) override { return open().wait(id, timeout); }
+    int exec(const std::string& id, const std::vector<std::string>& cmd, std::chrono::milliseconds timeout) override {
+        return open().exec(id, cmd, timeout);
+    }
+    std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions& options) override {
+        return open().events(options);
+    }
+    std::vector<reaper::NetworkInfo> list_networks(const reaper::Filters& filters) override {
+        return open().list_networks(filters);
+    }
+    reaper::NetworkInfo inspect_network(const std::string& id) override { return open().inspect_network(id); }
+    void remove_network(const std::string& id) override { open().remove_network(id); }
+    std::vector<reaper::VolumeInfo> list_volumes(const reaper::Filters& filters) override {
+        return open().list_volumes(filters);
+    }
+    reaper::VolumeInfo inspect_volume(const std::string& name) override { return open().inspect_volume(name); }
+    void remove_volume(const std::string& name) override { open().remove_volume(name); }
+    void close() noexcept override {
+        closed_ = true;
+        std::lock_guard lock(engine_.mutex_);
+        ++engine_.close_calls_;
+        engine_.record_locked("close", "", false);
+    }
+
+private:
+    FakeEngine& open() {
+        if (closed_) throw reaper::ClientClosed(0, "", "closed");
+        return engine_;
+    }
+    FakeEngine& engine_;
+    std::atomic<bool> closed_{false};
+};
+
+inline std::unique_ptr<reaper::Engine> FakeEngine::connection() { return std::make_unique<Connection>(*this); }
+
+}  // namespace reaper::test
