@@ -1,5 +1,8 @@
 #include "logcap.hpp"
+#include "logcap_file.hpp"
+#include "logcap_inotify.hpp"
 #include "logcap_policy.hpp"
+#include "logcap_records.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -934,6 +937,91 @@ BOOST_AUTO_TEST_CASE(a_removed_container_is_not_reported_as_unopenable) {
     f.backstop(capper, 5);
     BOOST_TEST(capper.counters().log_open_failures == 0u);
     BOOST_TEST(f.records.with("CONTAINER_ID", c.id).empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the watcher's parts, alone -------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(parts)
+
+// A rotation renames the live file away: the descriptor then points at the rotation, and a cut
+// through it would drop the rotation's lines and leave the live file growing.
+BOOST_AUTO_TEST_CASE(a_log_file_renamed_away_is_not_at_its_path_and_reopens_by_name) {
+    Fixture f;
+    auto c = f.container("f1", "s1");
+    auto files = locate_log(c.id, c.log_driver, c.log_path, f.root.string());
+    BOOST_TEST_REQUIRE(files.has_value());
+    LogFile log;
+    bool identity_changed = false;
+    BOOST_TEST(log.open_if_closed(*files, identity_changed) == 0);
+    BOOST_TEST(identity_changed);
+    BOOST_TEST(log.is_at_path(*files));
+    append(c.log_path, 1000);
+    fs::rename(c.log_path, c.log_path + ".1");
+    append(c.log_path, 300);
+    BOOST_TEST(!log.is_at_path(*files));
+    log.close_if_replaced(*files);
+    BOOST_TEST(!log.is_open());
+    identity_changed = false;
+    BOOST_TEST(log.open_if_closed(*files, identity_changed) == 0);
+    BOOST_TEST(identity_changed);
+    log.measure_live();
+    log.measure_rotations(*files, false);
+    BOOST_TEST(log.live_bytes() == 300u);
+    BOOST_TEST(log.rotated_bytes() == 1000u);
+    auto cut = log.cut(*files);
+    BOOST_TEST(cut.error == 0);
+    BOOST_TEST(cut.before_bytes == 1300u);
+    BOOST_TEST(cut.dropped_bytes == 1300u);
+    BOOST_TEST(size_of(c.log_path) == 0u);
+    BOOST_TEST(!fs::exists(c.log_path + ".1"));
+}
+
+BOOST_AUTO_TEST_CASE(a_directory_removed_under_its_watch_is_reported_gone_once_per_container) {
+    Fixture f;
+    auto c = f.container("f2", "s1");
+    auto dir = fs::path(c.log_path).parent_path().string();
+    InotifyDispatcher inotify;
+    BOOST_TEST_REQUIRE(inotify.watch(dir, "a") >= 0);
+    BOOST_TEST_REQUIRE(inotify.watch(dir, "b") >= 0);  // two containers, one directory
+    append(c.log_path, 10);
+    std::vector<std::string> seen;
+    BOOST_TEST(inotify.drain([&](const DirEvent& e) {
+        if (e.kind == DirEvent::Kind::entry && e.name == fs::path(c.log_path).filename().string())
+            seen.push_back(std::string(e.id));
+    }));
+    BOOST_TEST(seen.size() >= 2u);
+    fs::remove_all(dir);
+    std::vector<std::string> gone;
+    inotify.drain([&](const DirEvent& e) {
+        if (e.kind == DirEvent::Kind::dir_gone) gone.push_back(std::string(e.id));
+    });
+    BOOST_TEST((gone == std::vector<std::string>{"a", "b"}));
+    BOOST_TEST(!inotify.drain([](const DirEvent&) {}));
+}
+
+BOOST_AUTO_TEST_CASE(cuts_inside_the_window_are_summed_into_one_record) {
+    Records records;
+    CutCoalescer cuts;
+    RecordSubject subject{"0123456789abcdef", "c-1", "s1"};
+    auto t = logcap::TimePoint{} + 1h;
+    BOOST_TEST(cuts.note({3000, 10, 2990, CapReason::own_cap}, t, 1s));  // the first: at once
+    cuts.flush(records.sink(), subject, 2048, 0, t);
+    BOOST_TEST(!cuts.note({2000, 20, 1980, CapReason::own_cap}, t + 100ms, 1s));
+    BOOST_TEST(!cuts.note({2500, 30, 2470, CapReason::total_budget}, t + 200ms, 1s));
+    BOOST_TEST(cuts.pending());
+    BOOST_TEST((cuts.due_at(1s) == t + 1s));
+    cuts.flush(records.sink(), subject, 2048, 4096, t + 1s);
+    BOOST_TEST(!cuts.pending());
+    auto all = records.all();
+    BOOST_TEST_REQUIRE(all.size() == 2u);
+    BOOST_TEST(all[0].fields["ACTION_COUNT"] == "1");
+    BOOST_TEST(all[1].fields["ACTION_COUNT"] == "2");
+    BOOST_TEST(all[1].fields["LOG_BYTES_DROPPED"] == "4450");
+    BOOST_TEST(all[1].fields["LOG_BYTES_BEFORE"] == "2500");  // the last cut's
+    BOOST_TEST(all[1].fields["REASON"] == std::string(to_string(CapReason::total_budget)));
+    BOOST_TEST(all[1].message.find("container c-1 (0123456789ab)") != std::string::npos);
+    BOOST_TEST(cuts.note({100, 0, 100, CapReason::own_cap}, t + 2s, 1s));  // a window after the last record
 }
 
 BOOST_AUTO_TEST_SUITE_END()
