@@ -6,7 +6,7 @@
 // the record handed to the sink. A container's first cut is told at once; cuts after it
 // within the window are summed (ACTION_COUNT, LOG_BYTES_DROPPED) and told when the window
 // has passed since the last record, or when the container is forgotten or the capper stops
-// (take() with the time then). Never throws but what the sink throws.
+// (flush() at that time). Never throws but what the sink throws.
 #pragma once
 
 #include "config.hpp"
