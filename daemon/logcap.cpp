@@ -700,23 +700,20 @@ void LogCapper::stop() {
     if (worker_.joinable()) worker_.join();
 }
 
-void LogCapper::post(std::function<void(Loop&)> message) {
+std::uint64_t LogCapper::post(std::function<void(Loop&)> message) {
+    std::uint64_t number = 0;
     {
         std::lock_guard lock(inbox_mutex_);
         inbox_.push_back(std::move(message));
-        ++posted_;
+        number = ++posted_;
     }
     std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
+    return number;
 }
 
 bool LogCapper::settle(std::chrono::milliseconds limit) {
-    std::uint64_t target = 0;
-    {
-        std::lock_guard lock(inbox_mutex_);
-        target = posted_ + 1;  // the message posted below
-    }
-    post([](Loop& loop) { loop.settle_asked = true; });
+    const std::uint64_t target = post([](Loop& loop) { loop.settle_asked = true; });
     std::unique_lock lock(inbox_mutex_);
     return settled_cv_.wait_for(lock, limit, [&] { return settled_through_ >= target; });
 }

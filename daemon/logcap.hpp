@@ -175,7 +175,8 @@ private:
     LogCapper(std::unique_ptr<Guard> own_guard, Guard* shared_guard, Options options);
     void run_watcher();
     void run_worker();
-    void post(std::function<void(Loop&)> message);
+    // Queues `message` for the watcher; returns its number (see settle()).
+    std::uint64_t post(std::function<void(Loop&)> message);
     void submit(Job job);
 
     std::unique_ptr<Guard> own_guard_;  // only for a capper alone
