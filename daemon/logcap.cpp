@@ -1,7 +1,9 @@
 #include "logcap.hpp"
 
+#include "logcap_file.hpp"
+#include "logcap_inotify.hpp"
+#include "logcap_records.hpp"
 #include "read_all.hpp"
-#include "unique_fd.hpp"
 
 #include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
@@ -9,19 +11,17 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <system_error>
+#include <utility>
 #include <vector>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,35 +33,7 @@ using logcap::CapReason;
 
 namespace {
 
-std::string short_id(const std::string& id) { return id.substr(0, 12); }
-
 std::string errno_text(int error) { return std::system_category().message(error); }
-
-// Events on the log's directory that matter: writes to the live file (and the gzip of a
-// rotation), and the live file being replaced, renamed or deleted by a rotation.
-constexpr std::uint32_t watch_mask = IN_MODIFY | IN_CREATE | IN_MOVED_FROM | IN_MOVED_TO |
-                                     IN_DELETE | IN_DELETE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK;
-
-struct RotatedScan {
-    std::uint64_t bytes = 0;
-    std::vector<std::string> names;
-};
-
-RotatedScan scan_rotations(const logcap::LogFiles& files) {
-    RotatedScan scan;
-    DIR* dir = ::opendir(files.dir.c_str());
-    if (!dir) return scan;
-    while (auto* entry = ::readdir(dir)) {
-        if (!logcap::is_rotation(entry->d_name, files.live_name)) continue;
-        struct stat st {};
-        if (::fstatat(::dirfd(dir), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        scan.bytes += static_cast<std::uint64_t>(st.st_size);
-        scan.names.emplace_back(entry->d_name);
-    }
-    ::closedir(dir);
-    return scan;
-}
 
 // Writes `text` to `path`.tmp and renames it over `path`; returns 0 or the errno. No fsync:
 // the file is a hint checked against each log's device and inode when it is loaded, and one
@@ -96,11 +68,8 @@ struct Watched {
     std::optional<logcap::LogFiles> files;
     bool active = false;  // in scope, not exempt, some cap applies, and its files are known
 
-    int wd = -1;       // inotify watch on files->dir
-    UniqueFd live_fd;  // the live file, O_WRONLY for ftruncate
-    std::uint64_t live_bytes = 0;
-    std::uint64_t rotated_bytes = 0;
-    bool rotated_dirty = true;
+    int wd = -1;          // inotify watch on files->dir
+    logcap::LogFile log;  // the live file (open for ftruncate), its identity, the sizes
     bool dirty = true;
     logcap::GrowthEstimator growth;
 
@@ -115,9 +84,6 @@ struct Watched {
 
     // Loaded from Options::persist_path and not fed by the daemon since: only cut.
     bool from_disk = false;
-    // The live file last opened (what the persisted list records), 0/0 before.
-    std::uint64_t live_dev = 0;
-    std::uint64_t live_ino = 0;
 
     // Why the log directory or live file could not be opened at the last try (0: it could,
     // or the file does not exist yet), and where; the backstop rounds it has lasted.
@@ -135,24 +101,20 @@ struct Watched {
     bool root_wait_over = false;
     Clock::time_point fed_at{};
 
-    // Truncations not yet logged (see Options::log_coalesce).
-    unsigned pending_cuts = 0;
-    std::uint64_t pending_dropped = 0;
-    std::uint64_t pending_before = 0;
-    std::uint64_t pending_after = 0;
-    CapReason pending_reason = CapReason::own_cap;
-    std::optional<Clock::time_point> last_record;
+    logcap::CutCoalescer cuts;  // truncations not yet told (see Options::log_coalesce)
 
-    std::uint64_t log_bytes() const { return live_bytes + rotated_bytes; }
+    std::uint64_t log_bytes() const { return log.log_bytes(); }
+    logcap::RecordSubject subject() const { return {info.id, info.name, info.session}; }
 };
 
 struct LogCapper::Loop {
     LogCapper& owner;
     LogsConfig logs;
-    UniqueFd inotify;
-    std::map<std::string, Watched> containers;
-    std::map<int, std::vector<std::string>> by_wd;
+    logcap::InotifyDispatcher inotify;
+    std::map<std::string, Watched, std::less<>> containers;
     bool stopping = false;
+    // A settle() is among the messages just run: read the events even inside the check gap.
+    bool settle_asked = false;
     // The engine's data root as learned from a json-file LogPath, for local-driver
     // containers fed without ContainerLog::docker_root_dir.
     std::string learned_root;
@@ -163,39 +125,19 @@ struct LogCapper::Loop {
     Clock::time_point next_persist{};
     bool persist_failing = false;
 
-    Loop(LogCapper& owner, LogsConfig logs) : owner(owner), logs(logs) {
-        inotify.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
-        if (!inotify) throw std::system_error(errno, std::system_category(), "inotify_init1");
-    }
+    Loop(LogCapper& owner, LogsConfig logs) : owner(owner), logs(logs) {}
 
     const Options& options() const { return owner.options_; }
+    Clock::time_point clock() const { return owner.options_.clock(); }
     void record(Priority p, std::string_view message_id, const std::string& message,
                 std::vector<LogField> fields) {
         owner.options_.sink(p, message_id, message, std::move(fields));
     }
-    std::vector<LogField> container_fields(const Watched& w, const std::string& action) {
-        return {{"CONTAINER_ID", w.info.id},
-                {"CONTAINER_NAME", w.info.name},
-                {"SESSION_ID", w.info.session},
-                {"ACTION", action}};
-    }
 
     // ---- watching ------------------------------------------------------------------------
-    void close_live(Watched& w) {
-        w.live_fd.reset();
-    }
-
     void unwatch(Watched& w) {
-        close_live(w);
-        if (w.wd < 0) return;
-        auto it = by_wd.find(w.wd);
-        if (it != by_wd.end()) {
-            std::erase(it->second, w.info.id);
-            if (it->second.empty()) {
-                ::inotify_rm_watch(inotify.get(), w.wd);
-                by_wd.erase(it);
-            }
-        }
+        w.log.close();
+        inotify.unwatch(w.wd, w.info.id);
         w.wd = -1;
     }
 
@@ -210,32 +152,23 @@ struct LogCapper::Loop {
         int error = 0;
         std::string where;
         if (w.wd < 0) {
-            int wd = ::inotify_add_watch(inotify.get(), w.files->dir.c_str(), watch_mask);
+            int wd = inotify.watch(w.files->dir, w.info.id);
             if (wd >= 0) {
                 w.wd = wd;
-                by_wd[wd].push_back(w.info.id);
-                w.rotated_dirty = true;
+                w.log.mark_rotations();
                 w.dir_seen = true;
             } else if (errno != ENOENT || !w.dir_seen) {
                 error = errno;
                 where = w.files->dir;
             }
         }
-        if (!w.live_fd) {
-            std::string path = w.files->dir + "/" + w.files->live_name;
-            UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
-            int open_errno = fd ? 0 : errno;
-            struct stat st {};
-            if (fd && (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))) fd.reset();
-            w.live_fd = std::move(fd);
-            if (w.live_fd && (st.st_dev != w.live_dev || st.st_ino != w.live_ino)) {
-                w.live_dev = st.st_dev;
-                w.live_ino = st.st_ino;
-                persist_dirty = true;
-            } else if (open_errno != 0 && open_errno != ENOENT && error == 0) {
-                error = open_errno;
-                where = path;
-            }
+        bool identity_changed = false;
+        const int open_errno = w.log.open_if_closed(*w.files, identity_changed);
+        if (identity_changed) {
+            persist_dirty = true;
+        } else if (open_errno != 0 && open_errno != ENOENT && error == 0) {
+            error = open_errno;
+            where = logcap::live_path(*w.files);
         }
         w.open_error = error;
         w.open_error_path = where;
@@ -255,14 +188,13 @@ struct LogCapper::Loop {
             if (w.reported_unopenable) continue;
             w.reported_unopenable = true;
             owner.counters_.log_open_failures++;
-            auto fields = container_fields(w, "none");
+            auto fields = logcap::container_fields(w.subject(), "none");
             fields.push_back({"LOG_PATH", w.open_error_path});
             fields.push_back({"ERROR", errno_text(w.open_error)});
             fields.push_back({"ERRNO", std::to_string(w.open_error)});
             record(Priority::warning, {},
-                   "cannot open the log of container " + w.info.name + " (" + short_id(w.info.id) +
-                       ") at " + w.open_error_path + ": " + errno_text(w.open_error) +
-                       "; its log is not capped while this lasts",
+                   "cannot open the log of " + logcap::describe(w.subject()) + " at " + w.open_error_path + ": " +
+                       errno_text(w.open_error) + "; its log is not capped while this lasts",
                    std::move(fields));
         }
         owner.counters_.log_unopenable = unopenable;
@@ -285,76 +217,45 @@ struct LogCapper::Loop {
     void measure(Watched& w, Clock::time_point now, bool full) {
         if (!w.active) return;
         full = full && w.wd < 0;
-        if (full && w.live_fd) {
-            struct stat open_st {}, path_st {};
-            std::string path = w.files->dir + "/" + w.files->live_name;
-            if (::fstat(w.live_fd.get(), &open_st) != 0 || ::stat(path.c_str(), &path_st) != 0 ||
-                open_st.st_ino != path_st.st_ino || open_st.st_dev != path_st.st_dev)
-                close_live(w);
-        }
+        if (full) w.log.close_if_replaced(*w.files);
         ensure_watch(w);
-        w.live_bytes = 0;
-        if (w.live_fd) {
-            struct stat st {};
-            if (::fstat(w.live_fd.get(), &st) == 0 && st.st_nlink > 0) {
-                w.live_bytes = static_cast<std::uint64_t>(st.st_size);
-            } else {
-                close_live(w);
-                w.rotated_dirty = true;
-            }
-        }
-        if (full || w.rotated_dirty) {
-            w.rotated_bytes = scan_rotations(*w.files).bytes;
-            w.rotated_dirty = false;
-        }
+        w.log.measure_live();
+        w.log.measure_rotations(*w.files, full);
         w.dirty = false;
         w.growth.observe(w.log_bytes(), now);
     }
 
-    void on_inotify(bool& any) {
-        alignas(struct inotify_event) char buffer[16 * 1024];
-        while (true) {
-            ssize_t n = ::read(inotify.get(), buffer, sizeof buffer);
-            if (n <= 0) break;
-            any = true;
-            for (char* p = buffer; p < buffer + n;) {
-                auto* event = reinterpret_cast<struct inotify_event*>(p);
-                p += sizeof(struct inotify_event) + event->len;
-                if (event->mask & IN_Q_OVERFLOW) {
-                    for (auto& [id, w] : containers) w.dirty = w.rotated_dirty = true;
-                    continue;
+    // Turns the queued inotify events into dirty marks; returns whether there were any.
+    bool on_inotify() {
+        using Kind = logcap::DirEvent::Kind;
+        return inotify.drain([&](const logcap::DirEvent& event) {
+            if (event.kind == Kind::overflow) {
+                for (auto& [id, w] : containers) {
+                    w.dirty = true;
+                    w.log.mark_rotations();
                 }
-                auto it = by_wd.find(event->wd);
-                if (it == by_wd.end()) continue;
-                if (event->mask & IN_IGNORED) {  // the directory is gone (container removed)
-                    for (const auto& id : it->second) {
-                        auto c = containers.find(id);
-                        if (c == containers.end()) continue;
-                        close_live(c->second);
-                        c->second.wd = -1;
-                        c->second.dirty = true;
-                    }
-                    by_wd.erase(it);
-                    continue;
-                }
-                std::string_view name = event->len ? std::string_view(event->name) : std::string_view();
-                for (const auto& id : it->second) {
-                    auto c = containers.find(id);
-                    if (c == containers.end()) continue;
-                    Watched& w = c->second;
-                    if (name == w.files->live_name) {
-                        if (event->mask & (IN_CREATE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE)) {
-                            close_live(w);  // rotated away or replaced: reopen by name
-                            w.rotated_dirty = true;
-                        }
-                        w.dirty = true;
-                    } else if (logcap::is_rotation(name, w.files->live_name)) {
-                        w.rotated_dirty = true;
-                        w.dirty = true;
-                    }
-                }
+                return;
             }
-        }
+            auto c = containers.find(event.id);
+            if (c == containers.end()) return;
+            Watched& w = c->second;
+            if (event.kind == Kind::dir_gone) {  // the directory is gone (container removed)
+                w.log.close();
+                w.wd = -1;
+                w.dirty = true;
+            } else if (!w.files) {
+                return;
+            } else if (event.name == w.files->live_name) {
+                if (event.replaced) {
+                    w.log.close();  // rotated away or replaced: reopen by name
+                    w.log.mark_rotations();
+                }
+                w.dirty = true;
+            } else if (logcap::is_rotation(event.name, w.files->live_name)) {
+                w.log.mark_rotations();
+                w.dirty = true;
+            }
+        });
     }
 
     // ---- containers in and out ----------------------------------------------------------
@@ -369,11 +270,10 @@ struct LogCapper::Loop {
                          (w.cap.cap_bytes > 0 || logs.total_max_size_bytes > 0);
         if (wants_cap && w.cap.bad_label && !w.reported_bad_label) {
             w.reported_bad_label = true;
-            auto fields = container_fields(w, "default");
+            auto fields = logcap::container_fields(w.subject(), "default");
             fields.push_back({"LABEL_VALUE", *w.cap.bad_label});
             record(Priority::warning, {},
-                   "container " + w.info.name + " (" + short_id(w.info.id) + "): label " +
-                       logcap::max_size_label + "=\"" + *w.cap.bad_label +
+                   logcap::describe(w.subject()) + ": label " + logcap::max_size_label + "=\"" + *w.cap.bad_label +
                        "\" is not a size (e.g. 100MiB); its log is capped at the default " +
                        format_size(logs.max_size_bytes),
                    std::move(fields));
@@ -381,11 +281,11 @@ struct LogCapper::Loop {
         bool awaiting_root = w.info.log_driver == "local" && root.empty() && !w.root_wait_over;
         if (wants_cap && !w.files && !w.reported_not_capped && !awaiting_root) {
             w.reported_not_capped = true;
-            auto fields = container_fields(w, "none");
+            auto fields = logcap::container_fields(w.subject(), "none");
             fields.push_back({"LOG_DRIVER", w.info.log_driver});
             record(Priority::warning, {},
-                   "container " + w.info.name + " (" + short_id(w.info.id) + "): its log driver \"" +
-                       w.info.log_driver + "\" writes no file reaperd can cut" +
+                   logcap::describe(w.subject()) + ": its log driver \"" + w.info.log_driver +
+                       "\" writes no file reaperd can cut" +
                        (w.info.log_driver == "local" ? " (the engine's data root is not known)" : "") +
                        "; its log is not capped",
                    std::move(fields));
@@ -395,7 +295,8 @@ struct LogCapper::Loop {
         if (!w.active || !old_files || !w.files || old_files->dir != w.files->dir ||
             old_files->live_name != w.files->live_name)
             unwatch(w);
-        w.dirty = w.rotated_dirty = true;
+        w.dirty = true;
+        w.log.mark_rotations();
         ensure_watch(w);
     }
 
@@ -425,7 +326,7 @@ struct LogCapper::Loop {
     void add(ContainerLog info) {
         auto [it, fresh] = containers.try_emplace(info.id);
         Watched& w = it->second;
-        if (fresh) w.fed_at = Clock::now();
+        if (fresh) w.fed_at = clock();
         w.halted = false;  // fed again: started again (see Watched::halted)
         w.from_disk = false;
         w.info = std::move(info);
@@ -437,7 +338,7 @@ struct LogCapper::Loop {
     void remove(const std::string& id) {
         auto it = containers.find(id);
         if (it == containers.end()) return;
-        flush_record(it->second);
+        flush_record(it->second, clock());
         unwatch(it->second);
         containers.erase(it);
         persist_dirty = true;
@@ -457,7 +358,7 @@ struct LogCapper::Loop {
     std::string encode_persisted() const {
         Poco::JSON::Array list;
         for (const auto& [id, w] : containers) {
-            if (!w.active || w.live_ino == 0) continue;
+            if (!w.active || w.log.ino() == 0) continue;
             Poco::JSON::Object o;
             o.set("id", w.info.id);
             o.set("name", w.info.name);
@@ -467,8 +368,8 @@ struct LogCapper::Loop {
             o.set("docker_root_dir", w.info.docker_root_dir.empty() ? learned_root : w.info.docker_root_dir);
             if (auto label = w.info.labels.find(logcap::max_size_label); label != w.info.labels.end())
                 o.set("max_size_label", label->second);
-            o.set("dev", static_cast<Poco::UInt64>(w.live_dev));
-            o.set("ino", static_cast<Poco::UInt64>(w.live_ino));
+            o.set("dev", static_cast<Poco::UInt64>(w.log.dev()));
+            o.set("ino", static_cast<Poco::UInt64>(w.log.ino()));
             o.set("halted", w.halted);
             list.add(o);
         }
@@ -544,7 +445,7 @@ struct LogCapper::Loop {
                    {{"ERROR", e.what()}});
             return;
         }
-        auto now = Clock::now();
+        auto now = clock();
         std::size_t loaded = 0;
         for (std::size_t i = 0; i < entries.size(); ++i) {
             auto files = logcap::locate_log(entries[i].id, entries[i].log_driver, entries[i].log_path,
@@ -558,8 +459,7 @@ struct LogCapper::Loop {
             w.fed_at = now;
             w.from_disk = true;
             w.halted = halted[i];
-            w.live_dev = st.st_dev;
-            w.live_ino = st.st_ino;
+            w.log.set_identity(st.st_dev, st.st_ino);
             w.info = std::move(entries[i]);
             refresh(w);
             if (!w.active) {  // out of scope under the config now in force
@@ -585,109 +485,55 @@ struct LogCapper::Loop {
 
     // ---- acting --------------------------------------------------------------------------
     void truncate(Watched& w, CapReason reason, Clock::time_point now) {
-        std::string path = w.files->dir + "/" + w.files->live_name;
         // A rotation may have happened since the last event was read: cut the file that is
         // at the path now, never a renamed rotation through a stale fd.
-        struct stat open_st {}, path_st {};
-        if (w.live_fd && (::fstat(w.live_fd.get(), &open_st) != 0 || ::stat(path.c_str(), &path_st) != 0 ||
-                               open_st.st_ino != path_st.st_ino))
-            close_live(w);
+        w.log.close_if_replaced(*w.files);
         ensure_watch(w);
-        std::uint64_t before = 0;
-        std::uint64_t dropped = 0;
-        int error = 0;
-        if (w.live_fd) {
-            struct stat st {};
-            if (::fstat(w.live_fd.get(), &st) == 0) before = static_cast<std::uint64_t>(st.st_size);
-            if (::ftruncate(w.live_fd.get(), 0) == 0)
-                dropped += before;
-            else
-                error = errno;
-        }
-        auto rotations = scan_rotations(*w.files);
-        before += rotations.bytes;
-        for (const auto& name : rotations.names) {
-            std::string rotated = w.files->dir + "/" + name;
-            struct stat st {};
-            if (::stat(rotated.c_str(), &st) != 0) continue;
-            if (::unlink(rotated.c_str()) == 0)
-                dropped += static_cast<std::uint64_t>(st.st_size);
-            else if (errno != ENOENT)
-                error = errno;
-        }
-        w.rotated_dirty = true;
+        const logcap::CutOutcome cut = w.log.cut(*w.files);
         measure(w, now, false);
-        if (error != 0) {
+        if (cut.error != 0) {
             owner.counters_.action_failures++;
-            auto fields = container_fields(w, "truncate");
-            fields.push_back({"ERRNO", std::to_string(error)});
+            auto fields = logcap::container_fields(w.subject(), "truncate");
+            fields.push_back({"ERRNO", std::to_string(cut.error)});
             record(Priority::warning, {},
-                   "could not cut the log of container " + w.info.name + " (" + short_id(w.info.id) +
-                       ") at " + path + ": " + errno_text(error) + "; will retry",
+                   "could not cut the log of " + logcap::describe(w.subject()) + " at " +
+                       logcap::live_path(*w.files) + ": " + errno_text(cut.error) + "; will retry",
                    std::move(fields));
         }
-        if (dropped == 0) return;
+        if (cut.dropped_bytes == 0) return;
         owner.counters_.truncations++;
-        owner.counters_.log_bytes_dropped += dropped;
-        w.pending_cuts++;
-        w.pending_dropped += dropped;
-        w.pending_before = before;
-        w.pending_after = w.log_bytes();
-        w.pending_reason = reason;
-        if (!w.last_record || now - *w.last_record >= options().log_coalesce) flush_record(w, now);
+        owner.counters_.log_bytes_dropped += cut.dropped_bytes;
+        if (w.cuts.note({cut.before_bytes, w.log_bytes(), cut.dropped_bytes, reason}, now, options().log_coalesce))
+            flush_record(w, now);
     }
 
-    void flush_record(Watched& w, Clock::time_point now = Clock::now()) {
-        if (w.pending_cuts == 0) return;
-        auto fields = container_fields(w, "truncate");
-        fields.push_back({"LOG_BYTES_BEFORE", std::to_string(w.pending_before)});
-        fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.pending_after)});
-        fields.push_back({"LOG_BYTES_DROPPED", std::to_string(w.pending_dropped)});
-        fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
-        fields.push_back({"REASON", std::string(logcap::to_string(w.pending_reason))});
-        fields.push_back({"ACTION_COUNT", std::to_string(w.pending_cuts)});
-        std::string what = w.pending_cuts == 1
-                               ? "from " + format_size(w.pending_before) + " to " + format_size(w.pending_after)
-                               : std::to_string(w.pending_cuts) + " times, dropping " +
-                                     format_size(w.pending_dropped) + " (last from " +
-                                     format_size(w.pending_before) + " to " + format_size(w.pending_after) + ")";
-        record(Priority::notice, message_id::log_capped,
-               "cut the log of container " + w.info.name + " (" + short_id(w.info.id) + ") " + what +
-                   (w.pending_reason == CapReason::own_cap
-                        ? ", cap " + format_size(w.cap.cap_bytes)
-                        : ", over the total budget " + format_size(logs.total_max_size_bytes)),
-               std::move(fields));
-        w.pending_cuts = 0;
-        w.pending_dropped = 0;
-        w.last_record = now;
+    void flush_record(Watched& w, Clock::time_point now) {
+        w.cuts.flush(owner.options_.sink, w.subject(), w.cap.cap_bytes, logs.total_max_size_bytes, now);
     }
 
     void flush_due(Clock::time_point now) {
         for (auto& [id, w] : containers)
-            if (w.pending_cuts > 0 && now - *w.last_record >= options().log_coalesce) flush_record(w, now);
+            if (auto due = w.cuts.due_at(options().log_coalesce); due && now >= *due) flush_record(w, now);
     }
 
     std::optional<Clock::time_point> next_flush() const {
         std::optional<Clock::time_point> next;
         for (const auto& [id, w] : containers)
-            if (w.pending_cuts > 0) {
-                auto due = *w.last_record + options().log_coalesce;
-                if (!next || due < *next) next = due;
-            }
+            if (auto due = w.cuts.due_at(options().log_coalesce); due && (!next || *due < *next)) next = due;
         return next;
     }
 
     void would(Watched& w, LogAction action, CapReason reason) {
         if (w.would_logged) return;
         w.would_logged = true;
-        auto fields = container_fields(w, dry_run_action(to_string(action)));
+        auto fields = logcap::container_fields(w.subject(), dry_run_action(to_string(action)));
         fields.push_back({"LOG_BYTES_BEFORE", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
         fields.push_back({"REASON", std::string(logcap::to_string(reason))});
         record(Priority::notice, message_id::log_capped,
-               "dry run: would " + std::string(to_string(action)) + " container " + w.info.name +
-                   " (" + short_id(w.info.id) + "), its log is " + format_size(w.log_bytes()),
+               "dry run: would " + std::string(to_string(action)) + " " + logcap::describe(w.subject()) +
+                   ", its log is " + format_size(w.log_bytes()),
                std::move(fields));
     }
 
@@ -764,7 +610,7 @@ struct LogCapper::Loop {
         Watched& w = it->second;
         w.busy = false;
         persist_dirty = true;  // halted may change
-        measure(w, Clock::now(), false);
+        measure(w, clock(), false);
         switch (result.outcome) {
             case Outcome::acted: break;
             case Outcome::gone:
@@ -788,26 +634,23 @@ struct LogCapper::Loop {
                 return;
             case Outcome::failed: break;
         }
-        auto fields = container_fields(w, std::string(to_string(job.action)));
+        auto fields = logcap::container_fields(w.subject(), to_string(job.action));
         fields.push_back({"LOG_BYTES_BEFORE", std::to_string(job.log_bytes_before)});
         fields.push_back({"LOG_BYTES_AFTER", std::to_string(w.log_bytes())});
         fields.push_back({"LOG_MAX_SIZE", std::to_string(w.cap.cap_bytes)});
         fields.push_back({"REASON", std::string(logcap::to_string(job.reason))});
-        std::string subject = "container " + w.info.name + " (" + short_id(w.info.id) + ")";
+        const std::string subject = logcap::describe(w.subject());
         if (result.outcome == Outcome::acted) {
             w.halted = true;
             record(Priority::notice, message_id::log_capped,
-                   std::string(job.action == LogAction::stop   ? "stopped "
-                               : job.action == LogAction::kill ? "killed "
-                                                               : "removed ") +
-                       subject + " of session " + w.info.session + ": its log reached " +
+                   std::string(logcap::engine_action(job.action).done) + " " + subject + " of session " + w.info.session + ": its log reached " +
                        format_size(job.log_bytes_before) +
                        (job.reason == CapReason::own_cap
                             ? ", cap " + format_size(w.cap.cap_bytes)
                             : ", over the total budget " + format_size(logs.total_max_size_bytes)),
                    std::move(fields));
         } else {
-            w.retry_at = Clock::now() + options().retry_interval;
+            w.retry_at = clock() + options().retry_interval;
             fields.push_back({"ERROR", result.error});
             record(Priority::warning, {},
                    "could not " + std::string(to_string(job.action)) + " " + subject +
@@ -828,15 +671,11 @@ LogCapper::LogCapper(std::unique_ptr<Guard> own_guard, Guard* shared_guard, Opti
       guard_(shared_guard ? *shared_guard : *own_guard_),
       options_(std::move(options)) {
     loop_ = std::make_unique<Loop>(*this, options_.logs);
-    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) throw std::system_error(errno, std::system_category(), "eventfd");
+    wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!wake_fd_) throw std::system_error(errno, std::system_category(), "eventfd");
 }
 
-LogCapper::~LogCapper() {
-    stop();
-    loop_.reset();
-    ::close(wake_fd_);
-}
+LogCapper::~LogCapper() { stop(); }
 
 void LogCapper::start() {
     if (watcher_.joinable() || stopping_) return;
@@ -861,16 +700,29 @@ void LogCapper::stop() {
     if (worker_.joinable()) worker_.join();
 }
 
-void LogCapper::post(std::function<void(Loop&)> message) {
+std::uint64_t LogCapper::post(std::function<void(Loop&)> message) {
+    std::uint64_t number = 0;
     {
         std::lock_guard lock(inbox_mutex_);
         inbox_.push_back(std::move(message));
+        number = ++posted_;
     }
     std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+    [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
+    return number;
+}
+
+bool LogCapper::settle(std::chrono::milliseconds limit) {
+    const std::uint64_t target = post([](Loop& loop) { loop.settle_asked = true; });
+    std::unique_lock lock(inbox_mutex_);
+    return settled_cv_.wait_for(lock, limit, [&] { return settled_through_ >= target; });
 }
 
 void LogCapper::submit(Job job) {
+    {
+        std::lock_guard lock(inbox_mutex_);
+        ++jobs_in_flight_;
+    }
     {
         std::lock_guard lock(jobs_mutex_);
         jobs_.push_back(std::move(job));
@@ -911,12 +763,12 @@ LogCapCounters LogCapper::counters() const {
 void LogCapper::run_watcher() {
     ::pthread_setname_np(::pthread_self(), "reaperd-logcap");
     Loop& loop = *loop_;
-    auto next_backstop = Clock::now();
+    auto next_backstop = options_.clock();
     std::uint64_t backstop_round = 0;
     auto last_round = Clock::time_point{};
     Clock::duration gap = options_.max_check_interval;
     while (!loop.stopping) {
-        auto now = Clock::now();
+        auto now = options_.clock();
         bool events_allowed = now >= last_round + gap;
         auto deadline = next_backstop;
         if (!events_allowed) deadline = std::min(deadline, last_round + gap);
@@ -928,18 +780,20 @@ void LogCapper::run_watcher() {
         timeout.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(wait).count();
         timeout.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(
                               wait - std::chrono::seconds(timeout.tv_sec)).count();
-        struct pollfd fds[2] = {{wake_fd_, POLLIN, 0},
-                                {loop.inotify.get(), static_cast<short>(events_allowed ? POLLIN : 0), 0}};
+        struct pollfd fds[2] = {{wake_fd_.get(), POLLIN, 0},
+                                {loop.inotify.fd(), static_cast<short>(events_allowed ? POLLIN : 0), 0}};
         ::ppoll(fds, 2, &timeout, nullptr);
 
         bool changed = false;
+        std::uint64_t taken = 0;  // messages posted up to the last one run in this turn
         if (fds[0].revents & POLLIN) {
             std::uint64_t count = 0;
-            [[maybe_unused]] auto n = ::read(wake_fd_, &count, sizeof count);
+            [[maybe_unused]] auto n = ::read(wake_fd_.get(), &count, sizeof count);
             std::deque<std::function<void(Loop&)>> messages;
             {
                 std::lock_guard lock(inbox_mutex_);
                 messages.swap(inbox_);
+                taken = posted_;
             }
             for (auto& message : messages) message(loop);
             changed = !messages.empty();
@@ -947,11 +801,10 @@ void LogCapper::run_watcher() {
                 loop.containers.begin(), loop.containers.end(), [](const auto& c) { return c.second.active; }));
         }
         if (loop.stopping) break;
-        now = Clock::now();
-        if (events_allowed && (fds[1].revents & POLLIN)) {
-            bool any = false;
-            loop.on_inotify(any);
-            if (any) {
+        now = options_.clock();
+        const bool settling = std::exchange(loop.settle_asked, false);
+        if ((events_allowed && (fds[1].revents & POLLIN)) || settling) {
+            if (loop.on_inotify()) {
                 last_round = now;
                 changed = true;
             }
@@ -974,9 +827,17 @@ void LogCapper::run_watcher() {
         }
         loop.flush_due(now);
         if (!options_.persist_path.empty() && loop.persist_dirty && now >= loop.next_persist) loop.persist(now);
+        if (taken > 0) {
+            {
+                std::lock_guard lock(inbox_mutex_);
+                if (inbox_.empty() && jobs_in_flight_ == 0) settled_through_ = taken;
+            }
+            settled_cv_.notify_all();
+        }
     }
-    for (auto& [id, w] : loop.containers) loop.flush_record(w);
-    if (!options_.persist_path.empty() && loop.persist_dirty) loop.persist(Clock::now());
+    const auto now = options_.clock();
+    for (auto& [id, w] : loop.containers) loop.flush_record(w, now);
+    if (!options_.persist_path.empty() && loop.persist_dirty) loop.persist(now);
 }
 
 void LogCapper::run_worker() {
@@ -991,9 +852,7 @@ void LogCapper::run_worker() {
         }
         GuardRequest request;
         request.container = job.id;
-        request.act = job.action == LogAction::stop   ? ContainerAct::stop
-                      : job.action == LogAction::kill ? ContainerAct::kill
-                                                      : ContainerAct::remove;
+        request.act = logcap::engine_action(job.action).act;
         request.reason = job.reason;
         request.stop_grace = options_.stop_grace;
         GuardResult result = guard_.act(request);
@@ -1005,7 +864,13 @@ void LogCapper::run_worker() {
         } else if (result.outcome == Outcome::failed) {
             counters_.action_failures++;
         }
-        post([job, result = std::move(result)](Loop& loop) { loop.job_done(job, result); });
+        post([this, job, result = std::move(result)](Loop& loop) {
+            {
+                std::lock_guard lock(inbox_mutex_);
+                --jobs_in_flight_;
+            }
+            loop.job_done(job, result);
+        });
     }
 }
 

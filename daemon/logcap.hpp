@@ -9,7 +9,10 @@
 // (logcap_policy.hpp). Truncation happens on the watcher thread itself, so a cut comes
 // within microseconds of the check; stop, kill and remove go through the guarded door
 // (guard.hpp: a fresh inspect, ownership under the current sessions.labels, dry run) on a
-// worker thread, so a slow engine never delays another container's cut.
+// worker thread, so a slow engine never delays another container's cut. The watcher's parts:
+// logcap_file.hpp (one log on disk: the live fd, its identity, the sizes, the cut),
+// logcap_inotify.hpp (the watches, events turned into per-container marks), logcap_records.hpp
+// (the records, the coalescing of cuts, the engine actions' table).
 //
 // From the first second: what the capper needs to cap a log (its path, driver, cap label,
 // name, session, and the live file's device and inode) is kept in a small file in the state
@@ -25,6 +28,7 @@
 #include "guard.hpp"
 #include "log.hpp"
 #include "logcap_policy.hpp"
+#include "unique_fd.hpp"
 
 #include <reaper/engine.hpp>
 
@@ -98,6 +102,11 @@ public:
         // once per persist_interval while it changes, and at stop().
         std::string persist_path;
         std::chrono::milliseconds persist_interval{std::chrono::seconds{1}};
+        // The watcher's only source of `now`: check gaps, backstop rounds, retry windows,
+        // coalescing windows and persist intervals are all decided against it. A test passes
+        // a clock it moves forward itself, then calls settle(), instead of sleeping through a
+        // window. Called on the watcher thread (and in start(), before it runs).
+        std::function<std::chrono::steady_clock::time_point()> clock = &std::chrono::steady_clock::now;
         LogSink sink = [](Priority p, std::string_view id, std::string_view message,
                           std::vector<LogField> fields) { log(p, id, message, std::move(fields)); };
     };
@@ -139,6 +148,16 @@ public:
     // engine (the daemon inspects each container after the list).
     void forget_unlisted(std::set<std::string> listed);
 
+    // For tests that drive Options::clock: wakes the watcher and waits until it has run
+    // every message posted before this call, then a round of checks at the clock's time
+    // after them (events queued on the log directories read, even inside the check gap; the
+    // backstop, flushes and persisting if they are due), and was left with nothing posted and
+    // no stop, kill or remove in flight (the worker's answers come back as messages, so they
+    // are in). Returns false if that did not happen within `limit` (real time), e.g. the
+    // capper is not started. Thread-safe; the only thing it does that the watcher would not
+    // have done on its own is to read the events inside the check gap.
+    bool settle(std::chrono::milliseconds limit = std::chrono::seconds{30});
+
     LogCapCounters counters() const;
     // Containers whose logs are being watched right now.
     std::size_t watched() const { return watched_.load(); }
@@ -156,7 +175,8 @@ private:
     LogCapper(std::unique_ptr<Guard> own_guard, Guard* shared_guard, Options options);
     void run_watcher();
     void run_worker();
-    void post(std::function<void(Loop&)> message);
+    // Queues `message` for the watcher; returns its number (see settle()).
+    std::uint64_t post(std::function<void(Loop&)> message);
     void submit(Job job);
 
     std::unique_ptr<Guard> own_guard_;  // only for a capper alone
@@ -166,7 +186,14 @@ private:
 
     std::mutex inbox_mutex_;
     std::deque<std::function<void(Loop&)>> inbox_;
-    int wake_fd_ = -1;  // eventfd: the inbox has messages, or stop was asked
+    reaper::detail::UniqueFd wake_fd_;  // eventfd: the inbox has messages, or stop was asked
+    // For settle(), guarded by inbox_mutex_: messages posted so far, how many of them the
+    // watcher had run when it was last left with nothing posted and nothing in flight, and
+    // the jobs submitted whose answer the watcher has not run yet.
+    std::uint64_t posted_ = 0;
+    std::uint64_t settled_through_ = 0;
+    std::uint64_t jobs_in_flight_ = 0;
+    std::condition_variable settled_cv_;
 
     std::mutex jobs_mutex_;
     std::condition_variable jobs_cv_;

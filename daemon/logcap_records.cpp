@@ -1,0 +1,68 @@
+#include "logcap_records.hpp"
+
+namespace reaperd::logcap {
+
+namespace {
+
+constexpr EngineAction engine_actions[] = {
+    {LogAction::stop, ContainerAct::stop, "stopped"},
+    {LogAction::kill, ContainerAct::kill, "killed"},
+    {LogAction::remove, ContainerAct::remove, "removed"},
+};
+
+}  // namespace
+
+std::vector<LogField> container_fields(const RecordSubject& subject, std::string_view action) {
+    return {{"CONTAINER_ID", std::string(subject.id)},
+            {"CONTAINER_NAME", std::string(subject.name)},
+            {"SESSION_ID", std::string(subject.session)},
+            {"ACTION", std::string(action)}};
+}
+
+std::string describe(const RecordSubject& subject) {
+    return "container " + std::string(subject.name) + " (" + std::string(subject.id.substr(0, 12)) + ")";
+}
+
+bool CutCoalescer::note(const Cut& cut, TimePoint now, std::chrono::milliseconds window) {
+    ++cuts_;
+    dropped_bytes_ += cut.dropped_bytes;
+    last_ = cut;
+    return !last_record_ || now - *last_record_ >= window;
+}
+
+std::optional<TimePoint> CutCoalescer::due_at(std::chrono::milliseconds window) const {
+    if (cuts_ == 0) return std::nullopt;
+    return *last_record_ + window;
+}
+
+void CutCoalescer::flush(const LogSink& sink, const RecordSubject& subject, std::uint64_t cap_bytes,
+                         std::uint64_t total_budget_bytes, TimePoint now) {
+    if (cuts_ == 0) return;
+    auto fields = container_fields(subject, "truncate");
+    fields.push_back({"LOG_BYTES_BEFORE", std::to_string(last_.before_bytes)});
+    fields.push_back({"LOG_BYTES_AFTER", std::to_string(last_.after_bytes)});
+    fields.push_back({"LOG_BYTES_DROPPED", std::to_string(dropped_bytes_)});
+    fields.push_back({"LOG_MAX_SIZE", std::to_string(cap_bytes)});
+    fields.push_back({"REASON", std::string(to_string(last_.reason))});
+    fields.push_back({"ACTION_COUNT", std::to_string(cuts_)});
+    std::string what = cuts_ == 1 ? "from " + format_size(last_.before_bytes) + " to " + format_size(last_.after_bytes)
+                                  : std::to_string(cuts_) + " times, dropping " + format_size(dropped_bytes_) +
+                                        " (last from " + format_size(last_.before_bytes) + " to " +
+                                        format_size(last_.after_bytes) + ")";
+    sink(Priority::notice, message_id::log_capped,
+         "cut the log of " + describe(subject) + " " + what +
+             (last_.reason == CapReason::own_cap ? ", cap " + format_size(cap_bytes)
+                                                 : ", over the total budget " + format_size(total_budget_bytes)),
+         std::move(fields));
+    cuts_ = 0;
+    dropped_bytes_ = 0;
+    last_record_ = now;
+}
+
+const EngineAction& engine_action(LogAction action) {
+    for (const auto& row : engine_actions)
+        if (row.action == action) return row;
+    return engine_actions[0];
+}
+
+}  // namespace reaperd::logcap
