@@ -857,10 +857,12 @@ void LogCapper::run_worker() {
         request.stop_grace = options_.stop_grace;
         GuardResult result = guard_.act(request);
         if (result.outcome == Outcome::acted) {
-            auto& counter = job.action == LogAction::stop   ? counters_.stops
-                            : job.action == LogAction::kill ? counters_.kills
-                                                            : counters_.removals;
-            counter++;
+            switch (job.action) {  // no default: a new action warns here until it is counted
+                case LogAction::stop: counters_.stops++; break;
+                case LogAction::kill: counters_.kills++; break;
+                case LogAction::remove: counters_.removals++; break;
+                case LogAction::truncate: break;  // never a job
+            }
         } else if (result.outcome == Outcome::failed) {
             counters_.action_failures++;
         }

@@ -1,16 +1,8 @@
 #include "logcap_records.hpp"
 
+#include <stdexcept>
+
 namespace reaperd::logcap {
-
-namespace {
-
-constexpr EngineAction engine_actions[] = {
-    {LogAction::stop, ContainerAct::stop, "stopped"},
-    {LogAction::kill, ContainerAct::kill, "killed"},
-    {LogAction::remove, ContainerAct::remove, "removed"},
-};
-
-}  // namespace
 
 std::vector<LogField> container_fields(const RecordSubject& subject, std::string_view action) {
     return {{"CONTAINER_ID", std::string(subject.id)},
@@ -59,10 +51,19 @@ void CutCoalescer::flush(const LogSink& sink, const RecordSubject& subject, std:
     last_record_ = now;
 }
 
+// A switch, not a search: a new LogAction does not build warning-free (-Wswitch) until it is
+// given its engine act here or is, like truncate, none.
 const EngineAction& engine_action(LogAction action) {
-    for (const auto& row : engine_actions)
-        if (row.action == action) return row;
-    return engine_actions[0];
+    static constexpr EngineAction stop{LogAction::stop, ContainerAct::stop, "stopped"};
+    static constexpr EngineAction kill{LogAction::kill, ContainerAct::kill, "killed"};
+    static constexpr EngineAction remove{LogAction::remove, ContainerAct::remove, "removed"};
+    switch (action) {
+        case LogAction::stop: return stop;
+        case LogAction::kill: return kill;
+        case LogAction::remove: return remove;
+        case LogAction::truncate: break;
+    }
+    throw std::logic_error("log action " + std::string(to_string(action)) + " is not an engine act");
 }
 
 }  // namespace reaperd::logcap

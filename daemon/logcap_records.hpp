@@ -70,7 +70,8 @@ struct EngineAction {
     ContainerAct act;
     std::string_view done;  // "stopped", "killed", "removed"
 };
-// The row for stop, kill or remove (truncate is no engine action: the stop row for it).
+// The row for stop, kill or remove. Throws std::logic_error for truncate, which is the
+// watcher's own act: only the policy's stop, kill and remove become engine jobs.
 const EngineAction& engine_action(LogAction action);
 
 }  // namespace reaperd::logcap

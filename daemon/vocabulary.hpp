@@ -6,9 +6,11 @@
 // that docs/systemd.md's REASON row lists exactly the reasons, and that its ACTION row and
 // README's metric rows name every end reason, log action and dry-run action.
 //
-// Adding a value: its enumerator, its row in the table, and the code that acts on it (a
-// switch over the enum, as daemon.cpp's end_message and capper_actions, does not build
-// warning-free until it handles the value). The docs check then names the docs to extend.
+// Adding a value: its enumerator, its row in the table, and the code that acts on it: the
+// switches over the enum do not build warning-free (-Wswitch) until they handle it
+// (an end reason: daemon.cpp's end_message; a log action: daemon.cpp's capper_actions, the
+// engine act in logcap_records.cpp's engine_action and the worker's counter in logcap.cpp).
+// The docs check (vocabulary_test) then names the docs to extend.
 // Names are what users filter and alert on, and what old state files hold: never rename one.
 #pragma once
 
