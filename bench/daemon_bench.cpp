@@ -78,7 +78,7 @@ double ms_between(Clock::time_point from, Clock::time_point to) {
 // The `destroy` events of the engine, each stamped with the moment it reached us.
 class DestroyWatch {
 public:
-    explicit DestroyWatch(reaper::Engine& engine) {
+    explicit DestroyWatch(reaper::Client& engine) {
         reaper::EventsOptions options;
         options.filters = {{"type", {"container"}}, {"event", {"destroy"}}};
         stream_ = engine.events(options);
@@ -205,7 +205,7 @@ std::uint64_t vm_kb(pid_t pid, const std::string& key) {
 }
 
 // Creates and starts `n` `sleep` containers (4 at a time); returns their ids.
-std::vector<std::string> run_containers(reaper::Engine& engine, std::size_t n, const reaper::Labels& labels) {
+std::vector<std::string> run_containers(reaper::Client& engine, std::size_t n, const reaper::Labels& labels) {
     std::vector<std::string> ids(n);
     std::atomic<std::size_t> next{0};
     std::mutex error_mutex;
@@ -295,7 +295,7 @@ struct LatencyResult {
 // One session's end, `rounds` times: `end_session` ends it (with a lease held on it), and the
 // time to its one running container's destroy event is compared with the engine's own
 // force-remove of another running container.
-LatencyResult measure_latency(reaper::Engine& engine, Reaperd& reaperd, DestroyWatch& destroyed,
+LatencyResult measure_latency(reaper::Client& engine, Reaperd& reaperd, DestroyWatch& destroyed,
                               int rounds, const std::string& tag,
                               const std::function<void(const std::string& session,
                                                        std::unique_ptr<reaper::control::Lease>& lease)>& end_session) {

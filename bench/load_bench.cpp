@@ -163,7 +163,7 @@ public:
 // they reached this process, and our running containers followed (start .. die) by label.
 class EventRecorder {
 public:
-    explicit EventRecorder(reaper::Engine& engine) {
+    explicit EventRecorder(reaper::Client& engine) {
         reaper::EventsOptions options;
         options.filters = {{"type", {"container"}}};
         stream_ = engine.events(options);
@@ -303,7 +303,7 @@ reaper::ContainerSpec sleeper(const std::string& prefix, reaper::Labels labels) 
 // Runs `work(i)` for i in [0, n) on `threads` threads, each with its own engine client;
 // returns the wall time in seconds.
 double in_parallel(const reaper::ClientOptions& client_options, unsigned threads, std::size_t n,
-                   const std::function<void(reaper::Engine&, std::size_t)>& work) {
+                   const std::function<void(reaper::Client&, std::size_t)>& work) {
     std::atomic<std::size_t> next{0};
     std::mutex error_mutex;
     std::string error;
@@ -331,18 +331,18 @@ Capacity measure_capacity(const reaper::ClientOptions& client_options, unsigned 
     constexpr std::size_t n = 24;
     Capacity c;
     std::vector<std::string> created(n), started(n);
-    c.create_per_s = double(n) / in_parallel(client_options, threads, n, [&](reaper::Engine& e, std::size_t i) {
+    c.create_per_s = double(n) / in_parallel(client_options, threads, n, [&](reaper::Client& e, std::size_t i) {
         created[i] = e.create(sleeper("probe", {}));
     });
-    c.create_start_per_s = double(n) / in_parallel(client_options, threads, n, [&](reaper::Engine& e, std::size_t i) {
+    c.create_start_per_s = double(n) / in_parallel(client_options, threads, n, [&](reaper::Client& e, std::size_t i) {
         started[i] = e.create(sleeper("probe", {}));
         e.start(started[i]);
     });
-    in_parallel(client_options, threads, n, [&](reaper::Engine& e, std::size_t i) {
+    in_parallel(client_options, threads, n, [&](reaper::Client& e, std::size_t i) {
         e.remove(created[i], {.force = true, .volumes = true});
     });
     c.remove_ms.resize(n);
-    c.remove_per_s = double(n) / in_parallel(client_options, threads, n, [&](reaper::Engine& e, std::size_t i) {
+    c.remove_per_s = double(n) / in_parallel(client_options, threads, n, [&](reaper::Client& e, std::size_t i) {
         auto t0 = Clock::now();
         e.remove(started[i], {.force = true, .volumes = true});
         c.remove_ms[i] = ms_between(t0, Clock::now());
@@ -548,7 +548,7 @@ private:
 
     // One container creation for slot `index`: ends its session first if that one made all
     // its containers, and sometimes drops and retakes the lease.
-    void turn(std::size_t index, std::size_t j, double late_ms, reaper::Engine& engine,
+    void turn(std::size_t index, std::size_t j, double late_ms, reaper::Client& engine,
               reaper::control::ControlClient& control) {
         Slot& slot = slots_[index];
         std::lock_guard lock(slot.mutex);
@@ -572,7 +572,7 @@ private:
         --slot.remaining;
     }
 
-    void end_session(Slot& slot, reaper::Engine& engine, reaper::control::ControlClient& control) {
+    void end_session(Slot& slot, reaper::Client& engine, reaper::control::ControlClient& control) {
         double pick = std::uniform_real_distribution<double>(0, 1)(slot.random);
         EndMode mode = pick < 0.45 ? EndMode::lease_drop : pick < 0.9 ? EndMode::end : EndMode::end_then_late;
         auto now = Clock::now();
@@ -588,7 +588,7 @@ private:
         slot.lease.reset();
     }
 
-    void create(reaper::Engine& engine, const std::string& session, bool start, bool late) {
+    void create(reaper::Client& engine, const std::string& session, bool start, bool late) {
         ContainerRecord record;
         record.session = session;
         record.late = late;
@@ -721,7 +721,7 @@ private:
 // ---- checks ---------------------------------------------------------------------------------
 
 // The engine's session-owned containers: id -> session.
-std::map<std::string, std::string> labelled_containers(reaper::Engine& engine) {
+std::map<std::string, std::string> labelled_containers(reaper::Client& engine) {
     reaper::ListOptions options;
     options.all = true;
     options.filters = {{"label", {session_label}}};

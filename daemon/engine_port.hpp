@@ -1,8 +1,8 @@
 // reaperd's port to the container engine: only the calls the daemon makes (the watcher's
 // list, events and inspects; the door's inspects and destructive calls; the capper's data
 // root), so what reaperd can do to an engine is read here, and a test fake implements
-// this much. Sessions' calls (create, start, exec, wait) and the engine's version are the
-// library's (reaper::Engine), not reaperd's.
+// this much. Sessions' calls (create, start, exec: reaper::Engine) and the engine's version
+// are the library's, not reaperd's.
 //
 // For every call: failures are reaper::EngineError of a typed kind (reaper/engine.hpp), the
 // engine's dialect read behind the port: a missing object is reaper::NotFound, a refusal
@@ -12,6 +12,7 @@
 // block on the engine (bounded by its request timeout).
 #pragma once
 
+#include <reaper/client.hpp>
 #include <reaper/engine.hpp>
 
 #include <chrono>
@@ -54,12 +55,12 @@ public:
     virtual void close() noexcept = 0;
 };
 
-// The port over the library's engine (reaperd's main wires it over a reaper::Client): the
-// library already speaks the engine's dialect, so each call passes straight through.
-// `engine` must outlive the adapter.
+// The port over the library's client (reaperd's main wires it): the library already speaks
+// the engine's dialect, so each call passes straight through. `engine` must outlive the
+// adapter.
 class EngineAdapter final : public EnginePort {
 public:
-    explicit EngineAdapter(reaper::Engine& engine) : engine_(engine) {}
+    explicit EngineAdapter(reaper::Client& engine) : engine_(engine) {}
 
     reaper::EngineInfo info() override;
     std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions& options) override;
@@ -77,7 +78,7 @@ public:
     void close() noexcept override;
 
 private:
-    reaper::Engine& engine_;
+    reaper::Client& engine_;
 };
 
 }  // namespace reaperd

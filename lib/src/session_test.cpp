@@ -96,7 +96,7 @@ BOOST_FIXTURE_TEST_CASE(create_labels_caps_and_teardown, Fixture) {
     BOOST_TEST(marker.find_first_not_of("0123456789abcdef") == std::string::npos);
 
     auto id = session.container_id();
-    session.engine().stop(id, 0s);  // stopped: a plain delete suffices
+    fake.stop(id, 0s);  // stopped: a plain delete suffices
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "removed");
     BOOST_TEST(result.container_id == id);

@@ -33,14 +33,10 @@ public:
     RecordingEngine(std::shared_ptr<Record> record)
         : record_(std::move(record)), client_(test::engine().client_options()) {}
 
-    void ping() override { client_.ping(); }
-    VersionInfo version() override { return client_.version(); }
-    EngineInfo info() override { return client_.info(); }
     std::vector<ContainerSummary> list_containers(const ListOptions& o) override { return client_.list_containers(o); }
     ContainerInfo inspect(const std::string& id) override { return client_.inspect(id); }
     std::string create(const ContainerSpec& spec) override { return client_.create(spec); }
     void start(const std::string& id) override { client_.start(id); }
-    void stop(const std::string& id, std::chrono::seconds grace) override { client_.stop(id, grace); }
     void kill(const std::string& id, const std::string& signal) override { client_.kill(id, signal); }
     void remove(const std::string& id, const RemoveOptions& options) override {
         std::string call = options.force ? "force=1 " : "force=0 ";
@@ -56,17 +52,9 @@ public:
             throw;
         }
     }
-    int wait(const std::string& id, std::chrono::milliseconds timeout) override { return client_.wait(id, timeout); }
     int exec(const std::string& id, const std::vector<std::string>& cmd, std::chrono::milliseconds timeout) override {
         return client_.exec(id, cmd, timeout);
     }
-    std::unique_ptr<EventStream> events(const EventsOptions& options) override { return client_.events(options); }
-    std::vector<NetworkInfo> list_networks(const Filters& filters) override { return client_.list_networks(filters); }
-    NetworkInfo inspect_network(const std::string& id) override { return client_.inspect_network(id); }
-    void remove_network(const std::string& id) override { client_.remove_network(id); }
-    std::vector<VolumeInfo> list_volumes(const Filters& filters) override { return client_.list_volumes(filters); }
-    VolumeInfo inspect_volume(const std::string& name) override { return client_.inspect_volume(name); }
-    void remove_volume(const std::string& name) override { client_.remove_volume(name); }
     void close() noexcept override {
         ++record_->close_calls;
         client_.close();

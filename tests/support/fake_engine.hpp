@@ -357,11 +357,6 @@ public:
     }
 
     // ---- Engine and EnginePort -------------------------------------------------------
-    void ping() override { check("ping", ""); }
-    reaper::VersionInfo version() override {
-        check("version", "");
-        return {"20.10.24", "1.41", "1.12", "linux", "amd64"};
-    }
     reaper::EngineInfo info() override {
         check("info", "");
         return {docker_root_dir};
@@ -450,10 +445,6 @@ public:
         containers_.erase(it);
         removed_.push_back(id);
         broadcast({"container", "destroy", id, {}, 0});
-    }
-    int wait(const std::string& id, std::chrono::milliseconds) override {
-        check("wait", id);
-        return 0;
     }
     int exec(const std::string& reference, const std::vector<std::string>&, std::chrono::milliseconds) override {
         enter("exec", reference);
@@ -681,35 +672,17 @@ class FakeEngine::Connection final : public reaper::Engine {
 public:
     explicit Connection(FakeEngine& engine) : engine_(engine) {}
 
-    void ping() override { open().ping(); }
-    reaper::VersionInfo version() override { return open().version(); }
-    reaper::EngineInfo info() override { return open().info(); }
     std::vector<reaper::ContainerSummary> list_containers(const reaper::ListOptions& options) override {
         return open().list_containers(options);
     }
     reaper::ContainerInfo inspect(const std::string& id) override { return open().inspect(id); }
     std::string create(const reaper::ContainerSpec& spec) override { return open().create(spec); }
     void start(const std::string& id) override { open().start(id); }
-    void stop(const std::string& id, std::chrono::seconds grace) override { open().stop(id, grace); }
     void kill(const std::string& id, const std::string& signal) override { open().kill(id, signal); }
     void remove(const std::string& id, const reaper::RemoveOptions& options) override { open().remove(id, options); }
-    int wait(const std::string& id, std::chrono::milliseconds timeout) override { return open().wait(id, timeout); }
     int exec(const std::string& id, const std::vector<std::string>& cmd, std::chrono::milliseconds timeout) override {
         return open().exec(id, cmd, timeout);
     }
-    std::unique_ptr<reaper::EventStream> events(const reaper::EventsOptions& options) override {
-        return open().events(options);
-    }
-    std::vector<reaper::NetworkInfo> list_networks(const reaper::Filters& filters) override {
-        return open().list_networks(filters);
-    }
-    reaper::NetworkInfo inspect_network(const std::string& id) override { return open().inspect_network(id); }
-    void remove_network(const std::string& id) override { open().remove_network(id); }
-    std::vector<reaper::VolumeInfo> list_volumes(const reaper::Filters& filters) override {
-        return open().list_volumes(filters);
-    }
-    reaper::VolumeInfo inspect_volume(const std::string& name) override { return open().inspect_volume(name); }
-    void remove_volume(const std::string& name) override { open().remove_volume(name); }
     void close() noexcept override {
         closed_ = true;
         std::lock_guard lock(engine_.mutex_);

@@ -140,26 +140,27 @@ public:
     // harness provides its images; no session or daemon imports one, so Engine has no such call.
     void import_image(std::istream& tar, const std::string& reference);
 
-    void ping() override;
-    VersionInfo version() override;
-    EngineInfo info() override;
+    // The Engine calls (a Session's), and beside them what reaperd's port and tools use.
+    void ping();
+    VersionInfo version();
+    EngineInfo info();
     std::vector<ContainerSummary> list_containers(const ListOptions& options) override;
     ContainerInfo inspect(const std::string& id) override;
     std::string create(const ContainerSpec& spec) override;
     void start(const std::string& id) override;
-    void stop(const std::string& id, std::chrono::seconds grace) override;
+    void stop(const std::string& id, std::chrono::seconds grace);
     void kill(const std::string& id, const std::string& signal = "SIGKILL") override;
     void remove(const std::string& id, const RemoveOptions& options) override;
-    int wait(const std::string& id, std::chrono::milliseconds timeout) override;
+    int wait(const std::string& id, std::chrono::milliseconds timeout);
     int exec(const std::string& id, const std::vector<std::string>& cmd,
              std::chrono::milliseconds timeout) override;
-    std::unique_ptr<EventStream> events(const EventsOptions& options) override;
-    std::vector<NetworkInfo> list_networks(const Filters& filters) override;
-    NetworkInfo inspect_network(const std::string& id) override;
-    void remove_network(const std::string& id) override;
-    std::vector<VolumeInfo> list_volumes(const Filters& filters) override;
-    VolumeInfo inspect_volume(const std::string& name) override;
-    void remove_volume(const std::string& name) override;
+    std::unique_ptr<EventStream> events(const EventsOptions& options);
+    std::vector<NetworkInfo> list_networks(const Filters& filters);
+    NetworkInfo inspect_network(const std::string& id);
+    void remove_network(const std::string& id);
+    std::vector<VolumeInfo> list_volumes(const Filters& filters);
+    VolumeInfo inspect_volume(const std::string& name);
+    void remove_volume(const std::string& name);
     void close() noexcept override;
 
     struct Impl;

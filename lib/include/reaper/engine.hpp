@@ -240,35 +240,19 @@ class Engine {
 public:
     virtual ~Engine() = default;
 
-    virtual void ping() = 0;
-    virtual VersionInfo version() = 0;
-    virtual EngineInfo info() = 0;
+    // What a Session needs, and nothing more: reaperd makes its own calls through its port
+    // (daemon/engine_port.hpp), and everything else (ping, version, events, stop, wait,
+    // networks, volumes, images) is on the concrete Client.
     virtual std::vector<ContainerSummary> list_containers(const ListOptions& options) = 0;
     virtual ContainerInfo inspect(const std::string& id) = 0;
     // Returns the new container's id.
     virtual std::string create(const ContainerSpec& spec) = 0;
     virtual void start(const std::string& id) = 0;
-    // Stops gracefully, killing after `grace`. A container already stopped is not an error.
-    virtual void stop(const std::string& id, std::chrono::seconds grace) = 0;
     virtual void kill(const std::string& id, const std::string& signal = "SIGKILL") = 0;
     virtual void remove(const std::string& id, const RemoveOptions& options) = 0;
-    // Blocks until the container stops; returns its exit code. `timeout` bounds the wait.
-    virtual int wait(const std::string& id, std::chrono::milliseconds timeout) = 0;
     // Runs `cmd` inside a running container and returns its exit code (readiness probes).
     virtual int exec(const std::string& id, const std::vector<std::string>& cmd,
                      std::chrono::milliseconds timeout) = 0;
-    virtual std::unique_ptr<EventStream> events(const EventsOptions& options) = 0;
-
-    // Networks and volumes (filters as for containers, e.g. {"label": ["reaperd.session"]}).
-    virtual std::vector<NetworkInfo> list_networks(const Filters& filters) = 0;
-    // By full id, name or unique id prefix, as the engine resolves them.
-    virtual NetworkInfo inspect_network(const std::string& id) = 0;
-    // A network with containers attached is refused (Docker: 403, BadRequest).
-    virtual void remove_network(const std::string& id) = 0;
-    virtual std::vector<VolumeInfo> list_volumes(const Filters& filters) = 0;
-    virtual VolumeInfo inspect_volume(const std::string& name) = 0;
-    // A volume any container uses (running or not) is refused (409, Conflict).
-    virtual void remove_volume(const std::string& name) = 0;
 
     virtual void close() noexcept = 0;
 };
