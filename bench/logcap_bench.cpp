@@ -54,7 +54,7 @@ std::uint64_t log_bytes(const fs::path& live) {
     std::uint64_t total = fs::file_size(live, ec);
     if (ec) total = 0;
     for (auto& entry : fs::directory_iterator(live.parent_path(), ec)) {
-        if (!reaperd::logcap::is_rotation(entry.path().filename().string(), live.filename().string())) continue;
+        if (!reaperd::is_rotation(entry.path().filename().string(), live.filename().string())) continue;
         auto n = fs::file_size(entry.path(), ec);
         if (!ec) total += n;
     }

@@ -65,7 +65,7 @@ int replace_file(const std::string& path, const std::string& text) {
 struct Watched {
     ContainerLog info;
     logcap::CapSetting cap;
-    std::optional<logcap::LogFiles> files;
+    std::optional<LogFiles> files;
     bool active = false;  // in scope, not exempt, some cap applies, and its files are known
 
     int wd = -1;          // inotify watch on files->dir
@@ -251,7 +251,7 @@ struct LogCapper::Loop {
                     w.log.mark_rotations();
                 }
                 w.dirty = true;
-            } else if (logcap::is_rotation(event.name, w.files->live_name)) {
+            } else if (is_rotation(event.name, w.files->live_name)) {
                 w.log.mark_rotations();
                 w.dirty = true;
             }
@@ -264,7 +264,7 @@ struct LogCapper::Loop {
         auto old_files = w.files;
         w.cap = logcap::resolve_cap(w.info.labels, logs.max_size_bytes);
         const std::string& root = w.info.docker_root_dir.empty() ? learned_root : w.info.docker_root_dir;
-        w.files = logcap::locate_log(w.info.id, w.info.log_driver, w.info.log_path, root);
+        w.files = locate_log(w.info.id, w.info.log_driver, w.info.log_path, root);
         bool in_scope = owned || logs.scope == LogScope::all;
         bool wants_cap = in_scope && !w.cap.exempt &&
                          (w.cap.cap_bytes > 0 || logs.total_max_size_bytes > 0);
@@ -300,15 +300,12 @@ struct LogCapper::Loop {
         ensure_watch(w);
     }
 
-    // The engine keeps every json-file log at <root>/containers/<id>/<id>-json.log, so one
-    // such container tells where the local driver's files are too.
+    // One json-file container tells where the local driver's files are too.
     void learn_root(const ContainerLog& info) {
         if (!learned_root.empty() || info.log_driver != "json-file") return;
-        std::string tail = "/containers/" + info.id + "/" + info.id + "-json.log";
-        const auto& path = info.log_path;
-        if (info.id.empty() || path.size() <= tail.size() || path.compare(path.size() - tail.size(), tail.size(), tail) != 0)
-            return;
-        learned_root = path.substr(0, path.size() - tail.size());
+        auto root = data_root_of_json_log(info.id, info.log_path);
+        if (!root) return;
+        learned_root = std::move(*root);
         for (auto& [id, w] : containers)
             if (!w.active && w.info.log_driver == "local" && w.info.docker_root_dir.empty()) refresh(w);
     }
@@ -448,7 +445,7 @@ struct LogCapper::Loop {
         auto now = clock();
         std::size_t loaded = 0;
         for (std::size_t i = 0; i < entries.size(); ++i) {
-            auto files = logcap::locate_log(entries[i].id, entries[i].log_driver, entries[i].log_path,
+            auto files = locate_log(entries[i].id, entries[i].log_driver, entries[i].log_path,
                                             entries[i].docker_root_dir);
             struct stat st {};
             if (!files || containers.count(entries[i].id) ||

@@ -9,7 +9,7 @@
 // descriptor that fails it. Failures are values (an errno), never exceptions.
 #pragma once
 
-#include "logcap_policy.hpp"
+#include "engine_port.hpp"
 #include "unique_fd.hpp"
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // The pure half of the log caps: which containers' logs to act on and how, given their sizes,
-// the config and who owns them; plus the small helpers the watcher uses (cap labels, where a
-// driver keeps its files, which file names are rotations, how fast a log grows). No I/O and
-// no clock here: the watcher (logcap.hpp) measures and passes everything in.
+// the config and who owns them; plus the small helpers the watcher uses (cap labels, how fast
+// a log grows). No I/O and no clock here: the watcher (logcap.hpp) measures and passes
+// everything in. Where the engine keeps a log is the engine's to say (engine_port.hpp).
 #pragma once
 
 #include "config.hpp"
@@ -33,24 +33,6 @@ struct CapSetting {
 // log option `max-size` (reaper/units.hpp parse_docker_size: decimal, "10m" = 10,000,000
 // bytes), since the label stands in for that option on containers created without it.
 CapSetting resolve_cap(const reaper::Labels& labels, std::uint64_t default_cap_bytes);
-
-// ---- where the log is ----------------------------------------------------------------------
-struct LogFiles {
-    std::string dir;        // the directory holding the live file and its rotations
-    std::string live_name;  // the file the driver appends to, inside `dir`
-};
-
-// The files of a container's log, or nullopt for drivers that write none the capper can
-// cut (journald, syslog, none, fluentd, ...). json-file uses `log_path` (or, while the
-// engine has not set it yet because the container never started,
-// <root>/containers/<id>/<id>-json.log); local uses <root>/containers/<id>/local-logs/
-// container.log. An id that is not plain hex is refused, so no path can escape the root.
-std::optional<LogFiles> locate_log(const std::string& id, const std::string& log_driver,
-                                   const std::string& log_path, const std::string& docker_root_dir);
-
-// True when `name` is a rotation of `live_name` as json-file and local write them:
-// "<live>.<N>" or "<live>.<N>.gz" with N a positive number.
-bool is_rotation(std::string_view name, std::string_view live_name);
 
 // ---- growth rate and the mark --------------------------------------------------------------
 // Estimates how fast a log keeps growing from the sizes seen at each check. A rate counts

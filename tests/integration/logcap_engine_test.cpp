@@ -150,7 +150,7 @@ std::uint64_t log_bytes(const ContainerLog& c) {
     std::uint64_t total = size_of(live);
     std::error_code ec;
     for (auto& entry : fs::directory_iterator(live.parent_path(), ec))
-        if (logcap::is_rotation(entry.path().filename().string(), live.filename().string()))
+        if (is_rotation(entry.path().filename().string(), live.filename().string()))
             total += size_of(entry.path());
     return total;
 }
