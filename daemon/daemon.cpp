@@ -1008,6 +1008,7 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
     newest.resize(shown);
     for (const auto& entry : newest) listed.push_back(entry.second);
     const Session no_record;
+    const Clock::duration to_wall = wall_offset();  // read once, not per listed session
     Poco::JSON::Array sessions;
     for (const std::string* listed_id : listed) {
         const auto& id = *listed_id;
@@ -1025,7 +1026,7 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
         const std::optional<TimePoint> deadline =
             tombstone ? deadline_of(*tombstone, config_.sessions) : deadline_of(s, config_.sessions);
         if (deadline) {
-            o.set("deadline", format_rfc3339(*deadline + wall_offset()));
+            o.set("deadline", format_rfc3339(*deadline + to_wall));
             o.set("deadline_in_ms",
                   std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - now).count());
         } else {
