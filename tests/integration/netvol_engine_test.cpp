@@ -212,6 +212,7 @@ BOOST_AUTO_TEST_CASE(a_network_of_an_ended_session_survives_a_reaperd_restart_an
     engine_client().remove(holder, {true, false});  // the test's own: reaperd never owned it
     BOOST_TEST(eventually([&] { return !network_exists(net); }, 30s), d.log_text());
     BOOST_TEST(eventually([&] { return status_count(d, "pending_network_reaps") == 0; }));
+    BOOST_TEST(eventually([&] { return d.log_count("network reaped") >= 1u; }));
     BOOST_TEST(d.log_count("network reaped") == 1u);
 }
 
