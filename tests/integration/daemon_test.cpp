@@ -46,6 +46,7 @@ BOOST_AUTO_TEST_CASE(a_dropped_lease_reaps_after_the_grace_and_not_before) {
     // lease_grace is 2s: nothing may go before it passed.
     BOOST_TEST((std::chrono::steady_clock::now() - released >= 1500ms));
     BOOST_TEST(d.session_state("grace-1") == "ended");
+    BOOST_TEST(eventually([&] { return d.log_count("container reaped") >= 2u; }));  // after the engine's answers
     BOOST_TEST(d.log_count("container reaped") == 2u);
 }
 
