@@ -10,14 +10,15 @@
 //       Rounds alternate which goes first. Target: median and p90 <= 1.2 x raw + 50 ms.
 //   (b) 100 running containers of one ended session reaped, against `docker rm -f` of 100
 //       (the docker CLI, same engine; it removes up to 50 at once, reaperd up to
-//       reaper.concurrency). Target: <= 1.1 x the CLI.
+//       reaper.concurrency), in 3 pairs whose order alternates. Target: median <= 1.1 x the CLI.
 //   (c) reaperd idle for 60 s with those 100 containers tracked: its CPU time (the sum of
 //       /proc/PID/task/*/schedstat, in ns) and RSS (VmRSS). dockerd's CPU over the same
 //       window (/proc/PID/stat) is printed beside it for scale. Targets: <= 0.1% of one core,
 //       <= 20 MB.
 //
-// Usage: daemon_bench [--rounds N] [--containers N] [--idle-seconds N] [--concurrency N]
-// (defaults 10, 100, 60, and reaper.concurrency's default). Exit status 1 when a target is
+// Usage: daemon_bench [--rounds N] [--containers N] [--idle-seconds N] [--bulk-rounds N]
+//                     [--concurrency N]
+// (defaults 10, 100, 60, 3, and reaper.concurrency's default). Exit status 1 when a target is
 // missed, 2 when the bench could not run.
 #include "config.hpp"
 #include "engine.hpp"
@@ -265,6 +266,7 @@ struct Options {
     int rounds = 10;
     std::size_t containers = 100;
     int idle_seconds = 60;
+    int bulk_rounds = 3;
     unsigned concurrency = reaperd::Config{}.reaper.concurrency;
 };
 
@@ -281,6 +283,7 @@ Options parse_options(int argc, char** argv) {
         if (arg == "--rounds") o.rounds = int(value());
         else if (arg == "--containers") o.containers = std::size_t(value());
         else if (arg == "--idle-seconds") o.idle_seconds = int(value());
+        else if (arg == "--bulk-rounds") o.bulk_rounds = int(value());
         else if (arg == "--concurrency") o.concurrency = unsigned(value());
         else throw std::invalid_argument("unknown argument " + arg);
     }
@@ -356,7 +359,7 @@ int main(int argc, char** argv) {
     try {
         options = parse_options(argc, argv);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "%s\nusage: %s [--rounds N] [--containers N] [--idle-seconds N] [--concurrency N]\n", e.what(), argv[0]);
+        std::fprintf(stderr, "%s\nusage: %s [--rounds N] [--containers N] [--idle-seconds N] [--bulk-rounds N] [--concurrency N]\n", e.what(), argv[0]);
         return 64;
     }
     try {
@@ -425,32 +428,65 @@ int main(int argc, char** argv) {
         }
         std::printf("\n");
 
-        // (b) the whole session ends: N running containers reaped.
-        auto r0 = Clock::now();
-        reaperd.control().end(bulk_session);
-        auto r1 = destroyed.wait(bulk, 300s);
-        if (!r1) throw std::runtime_error("reaperd did not reap every container; its log:\n" + reaperd.log_text());
-        double reaperd_ms = ms_between(r0, *r1);
-        bulk_lease.reset();
-
-        std::printf("\ncreating %zu running containers without labels for `docker rm -f`...\n", options.containers);
-        auto plain = run_containers(engine, options.containers, {});
-        std::vector<std::string> rm{"docker", "-H", private_engine.address(), "rm", "-f"};
-        rm.insert(rm.end(), plain.begin(), plain.end());
-        auto c0 = Clock::now();
-        int rc = run_command(rm);
-        auto c1 = destroyed.wait(plain, 300s);
-        if (rc != 0 || !c1) throw std::runtime_error("`docker rm -f` failed (exit " + std::to_string(rc) + ")");
-        double cli_ms = ms_between(c0, *c1);
-        bool bulk_held = reaperd_ms <= bulk_factor * cli_ms;
+        // (b) the whole session ends: N running containers reaped, against `docker rm -f` of N
+        // others, in pairs whose order alternates. One pair's ratio ranged 1.08-1.31 x on the
+        // same code and engine within minutes (2026-12-01), so the target is on the median.
+        std::vector<double> bulk_ratios;
+        for (int round = 0; round < options.bulk_rounds; ++round) {
+            std::string session = bulk_session;
+            if (round > 0) {
+                session = bulk_session + "-" + std::to_string(round);
+                bulk_lease = reaperd.control().lease(session);
+                std::printf("\ncreating %zu running containers of session %s...\n", options.containers,
+                            session.c_str());
+                bulk = run_containers(engine, options.containers, {{"reaperd.session", session}});
+                reaperd.await("reaperd to track every container",
+                              [&] { return reaperd.session_containers(session) == options.containers; });
+            }
+            std::printf("creating %zu running containers without labels for `docker rm -f`...\n",
+                        options.containers);
+            auto plain = run_containers(engine, options.containers, {});
+            // Past the engine's and reaperd's work on the new containers (their events, and
+            // reaperd's lookups for log caps): without it, whichever went first was 1.3 x
+            // slower, reaperd and the CLI alike.
+            std::this_thread::sleep_for(3s);
+            auto by_reaperd = [&] {
+                auto r0 = Clock::now();
+                reaperd.control().end(session);
+                auto r1 = destroyed.wait(bulk, 300s);
+                if (!r1) throw std::runtime_error("reaperd did not reap every container; its log:\n" + reaperd.log_text());
+                bulk_lease.reset();
+                return ms_between(r0, *r1);
+            };
+            auto by_cli = [&] {
+                std::vector<std::string> rm{"docker", "-H", private_engine.address(), "rm", "-f"};
+                rm.insert(rm.end(), plain.begin(), plain.end());
+                auto c0 = Clock::now();
+                int rc = run_command(rm);
+                auto c1 = destroyed.wait(plain, 300s);
+                if (rc != 0 || !c1) throw std::runtime_error("`docker rm -f` failed (exit " + std::to_string(rc) + ")");
+                return ms_between(c0, *c1);
+            };
+            const bool cli_first = round % 2 == 1;
+            double cli_ms = cli_first ? by_cli() : 0;
+            double reaperd_ms = by_reaperd();
+            if (!cli_first) cli_ms = by_cli();
+            bulk_ratios.push_back(reaperd_ms / cli_ms);
+            std::printf("(b) round %d (%s first): docker rm -f %.0f ms (%.1f containers/s), reaperd %.0f ms "
+                        "(%.1f containers/s): %.2f x\n",
+                        round + 1, cli_first ? "docker rm -f" : "reaperd", cli_ms,
+                        double(options.containers) / cli_ms * 1000, reaperd_ms,
+                        double(options.containers) / reaperd_ms * 1000, bulk_ratios.back());
+        }
+        const double bulk_ratio = percentile(bulk_ratios, 50);
+        const bool bulk_held = bulk_ratio <= bulk_factor;
         all_held &= bulk_held;
-        std::printf("(b) %zu running containers of one ended session -> all removed\n", options.containers);
-        std::printf("  docker rm -f (baseline): %7.0f ms (%.1f containers/s)\n", cli_ms,
-                    double(options.containers) / cli_ms * 1000);
-        std::printf("  reaperd (concurrency %u): %7.0f ms (%.1f containers/s)\n",
-                    options.concurrency, reaperd_ms,
-                    double(options.containers) / reaperd_ms * 1000);
-        std::printf("  ratio %.2f x; target <= %.1f x: %s\n", reaperd_ms / cli_ms, bulk_factor, verdict(bulk_held));
+        std::printf("(b) %zu running containers of one ended session -> all removed, against `docker rm -f` "
+                    "(baseline), reaperd at concurrency %u\n",
+                    options.containers, options.concurrency);
+        std::printf("  ratio: median %.2f x of %zu rounds (min %.2f, max %.2f); target <= %.1f x: %s\n", bulk_ratio,
+                    bulk_ratios.size(), *std::min_element(bulk_ratios.begin(), bulk_ratios.end()),
+                    *std::max_element(bulk_ratios.begin(), bulk_ratios.end()), bulk_factor, verdict(bulk_held));
 
         std::printf("\n%s\n", all_held ? "all targets held" : "SOME TARGETS MISSED");
         return all_held ? 0 : 1;
