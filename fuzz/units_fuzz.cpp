@@ -6,6 +6,7 @@
 #include "check.hpp"
 
 #include "config.hpp"
+#include "engine_port.hpp"
 #include "logcap_policy.hpp"
 #include "registry.hpp"
 
@@ -94,19 +95,19 @@ void timestamps(const std::string& text) {
 void log_paths(const std::string& text) {
     const std::string root = "/var/lib/docker";
     for (const char* driver : {"json-file", "local"}) {
-        if (const auto files = reaperd::logcap::locate_log(text, driver, "", root)) {
+        if (const auto files = reaperd::locate_log(text, driver, "", root)) {
             FUZZ_CHECK(files->dir.rfind(root + "/containers/", 0) == 0);
             FUZZ_CHECK(files->dir.find("..") == std::string::npos);
             FUZZ_CHECK(files->live_name.find('/') == std::string::npos);
         }
     }
-    if (const auto files = reaperd::logcap::locate_log("", "json-file", text, root)) {
+    if (const auto files = reaperd::locate_log("", "json-file", text, root)) {
         FUZZ_CHECK(!files->live_name.empty() && files->live_name.find('/') == std::string::npos);
         FUZZ_CHECK(text.rfind(files->dir, 0) == 0);
         const std::string tail = "/" + files->live_name;
         FUZZ_CHECK(text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0);
     }
-    (void)reaperd::logcap::is_rotation(text, "0123abcd-json.log");
+    (void)reaperd::is_rotation(text, "0123abcd-json.log");
 }
 
 // API versions come from the engine's /version, DOCKER_API_VERSION and engine.api_version.
