@@ -33,11 +33,12 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target podman_tests
 echo "test-podman: $(podman --version), $(runc --version | head -n 1)"
 
+export REAPER_TEST_RUN=run$$
 status=0
 ctest --test-dir "$build/tests/podman" --output-on-failure -j2 "${ctest_flags[@]}" || status=$?
 
 # A test that leaves a Podman service or a container's conmon behind is a bug in the test.
-left=$(pgrep -af -- '(--root|conmon .*) /tmp/reaper-podman\.' || true)
+left=$(pgrep -af -- "(--root|conmon .*) /tmp/reaper-podman\.$REAPER_TEST_RUN\." || true)
 if [ -n "$left" ]; then
   echo "test-podman.sh: left running by the tests:" >&2
   echo "$left" >&2

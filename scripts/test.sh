@@ -32,11 +32,14 @@ cmake --build "$build" -j"$(nproc)"
 # LeakSanitizer reports leaks at exit; detect_leaks is on by default with ASan on Linux.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Engines of this run are named after it (tests/harness/engine-guard), so the check below
+# never mistakes another run's engine for one of ours.
+export REAPER_TEST_RUN=run$$
 status=0
 ctest --test-dir "$build" --output-on-failure -j2 "${ctest_flags[@]}" || status=$?
 
 # A test that leaves an engine behind is a bug in the test: say so and fail.
-left=$(pgrep -af -- '--data-root /tmp/reaper-engine\.' || true)
+left=$(pgrep -af -- "--data-root /tmp/reaper-engine\.$REAPER_TEST_RUN\." || true)
 if [ -n "$left" ]; then
   echo "test.sh: engines left running by the tests:" >&2
   echo "$left" >&2

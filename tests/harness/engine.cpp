@@ -27,13 +27,50 @@ namespace fs = std::filesystem;
 
 namespace reaper::test {
 
-EngineKind test_engine_kind() {
-    const char* value = std::getenv("REAPER_TEST_ENGINE");
-    std::string name = value ? value : "";
-    if (name.empty() || name == "docker") return EngineKind::docker;
-    if (name == "podman") return EngineKind::podman;
-    throw std::runtime_error("REAPER_TEST_ENGINE=" + name + ": the harness runs docker (the default) or podman");
+namespace {
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
 }
+
+TestEngine engine_from_environment() {
+    const char* value = std::getenv("REAPER_TEST_ENGINE");
+    TestEngine engine;
+    engine.name = value && *value ? value : "docker";
+    if (engine.name == "docker") return engine;
+    if (engine.name == "podman") {
+        engine.kind = EngineKind::podman;
+        return engine;
+    }
+    if (engine.name != "docker-trixie" && engine.name != "docker-sid")
+        throw std::runtime_error("REAPER_TEST_ENGINE=" + engine.name +
+                                 ": the harness runs docker (the default), docker-trixie, docker-sid or podman");
+    const char* cache = std::getenv("REAPERD_TEST_CACHE");
+    const std::string suite = engine.name.substr(7);
+    const std::string dir = std::string(cache && *cache ? cache : "/var/cache/reaperd-test") + "/engines/" + suite;
+    if (fs::exists(dir + "/unavailable"))
+        throw std::runtime_error("REAPER_TEST_ENGINE=" + engine.name + ": scripts/fetch-engines.sh found it unavailable here: " +
+                                 read_text(dir + "/unavailable"));
+    if (!fs::exists(dir + "/root/usr/sbin/dockerd"))
+        throw std::runtime_error("REAPER_TEST_ENGINE=" + engine.name + ": no engine in " + dir +
+                                 "; run scripts/fetch-engines.sh " + suite);
+    engine.root = dir + "/root";
+    return engine;
+}
+
+}  // namespace
+
+const TestEngine& test_engine() {
+    static const TestEngine engine = engine_from_environment();
+    return engine;
+}
+
+EngineKind test_engine_kind() { return test_engine().kind; }
+
+std::string TestEngine::docker_cli() const { return root.empty() ? "/usr/bin/docker" : root + "/usr/bin/docker"; }
+std::string TestEngine::compose_v2() const { return root.empty() ? "" : root + "/usr/bin/docker-compose"; }
+std::string TestEngine::cli_plugins_dir() const { return root.empty() ? "" : root + "/usr/libexec/docker/cli-plugins"; }
 
 const char* to_string(EngineKind kind) { return kind == EngineKind::podman ? "podman" : "docker"; }
 
@@ -48,6 +85,7 @@ struct PrivateEngine::Guard {
         const char* guard = kind == EngineKind::podman ? REAPER_PODMAN_GUARD : REAPER_ENGINE_GUARD;
         Poco::Process::Env env;
         if (!tls_dir.empty()) env["REAPER_ENGINE_TLS_DIR"] = tls_dir;
+        if (kind == EngineKind::docker && !test_engine().root.empty()) env["REAPER_ENGINE_ROOT"] = test_engine().root;
         auto handle = Poco::Process::launch(guard, {}, &to, &from, nullptr, env);
         // Our pipe ends must not leak into other children (a reaperd under test), or the
         // guard would not see EOF when this process dies.
@@ -78,6 +116,17 @@ PrivateEngine::PrivateEngine(EngineKind kind, const std::string& tls_dir) : kind
     Client client(client_options());
     import_busybox_image(client, image);
 }
+
+// Asked on first use: Podman takes ~4 s to answer /version.
+const std::string& PrivateEngine::version() const {
+    if (version_.empty()) {
+        Client client(client_options());
+        version_ = client.version().version;
+    }
+    return version_;
+}
+
+int PrivateEngine::major_version() const { return std::atoi(version().c_str()); }
 
 PrivateEngine::~PrivateEngine() {
     guard_->out.close();  // EOF: the guard stops the engine and removes the dir

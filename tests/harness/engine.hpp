@@ -11,12 +11,33 @@
 
 namespace reaper::test {
 
-// Which engine the harness runs: REAPER_TEST_ENGINE=docker (the default, also when unset or
-// empty) or podman. Any other value fails the test that asks, naming the choices.
+// Which engine the harness runs, from REAPER_TEST_ENGINE:
+//   docker          the default, also when unset or empty: Debian 12's dockerd 20.10, the host's
+//   docker-trixie   Debian 13's Docker 26.1, with its own CLI and Compose v2
+//   docker-sid      Debian unstable's Docker (28.5 when this was written), its CLI and Compose v2
+//   podman          Debian 12's podman 4.3 (`podman system service`)
+// The two newer Dockers are unpacked by scripts/fetch-engines.sh into
+// $REAPERD_TEST_CACHE/engines/<suite>/root (default /var/cache/reaperd-test). Any other value,
+// or an engine not fetched (or fetched and found not to run here), fails the test that asks,
+// naming the choices or what to run: nothing is skipped silently.
 enum class EngineKind { docker, podman };
-EngineKind test_engine_kind();
 const char* to_string(EngineKind kind);
 inline std::ostream& operator<<(std::ostream& out, EngineKind kind) { return out << to_string(kind); }
+
+struct TestEngine {
+    EngineKind kind = EngineKind::docker;
+    std::string name = "docker";  // as REAPER_TEST_ENGINE spells it
+    std::string root;             // "" = the host's /usr; else the unpacked engine's root
+    // The docker CLI that comes with the engine (Debian 12's for docker and podman).
+    std::string docker_cli() const;
+    // Compose v2, standalone, and the dir holding its CLI plugin (`docker compose`): both ""
+    // for the host's engines, whose Debian 12 Compose is the Python 1.29.
+    std::string compose_v2() const;
+    std::string cli_plugins_dir() const;
+};
+// REAPER_TEST_ENGINE, read once per process.
+const TestEngine& test_engine();
+EngineKind test_engine_kind();
 
 // One engine in its own temp dir, run by a guard script: tests/harness/engine-guard (a
 // dockerd) or, under REAPER_TEST_ENGINE=podman, tests/harness/podman-guard (`podman system
@@ -34,6 +55,10 @@ public:
     PrivateEngine& operator=(const PrivateEngine&) = delete;
 
     EngineKind kind() const { return kind_; }
+    // The engine's own version (GET /version's Version: "20.10.24+dfsg1", "26.1.5+dfsg1",
+    // "4.3.1"), and its major number, for expectations stated per engine.
+    const std::string& version() const;
+    int major_version() const;
     const std::string& dir() const { return dir_; }
     // Where the engine keeps containers: dockerd's --data-root (its DockerRootDir), podman's
     // --root (its graph root; a container's log is vfs-containers/<id>/userdata/ctr.log).
@@ -57,6 +82,7 @@ private:
     struct Guard;
     EngineKind kind_;
     Guard* guard_;
+    mutable std::string version_;
     std::string dir_;
     std::string tls_address_;
 };

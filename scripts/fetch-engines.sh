@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Fetches the Docker engines users run today from Debian's newer suites, each with its own CLI
+# and Compose v2, into a cache dir, for the test harness (REAPER_TEST_ENGINE=docker-trixie or
+# docker-sid) and scripts/test-engine.sh:
+#   trixie  Debian 13's docker.io, docker-cli and docker-compose (Docker 26.1, Compose 2.26):
+#           required; this script fails if it cannot fetch it or it does not run here.
+#   sid     Debian unstable's (Docker 28.5 and Compose 2.40 when this was written). Unstable
+#           moves: if it no longer fetches or runs on this machine, that is said in one line
+#           and written to <cache>/sid/unavailable, and the script still succeeds; the harness
+#           and scripts/test-engine.sh docker-sid then say so instead of running.
+#
+# The host's apt sources are never changed: each suite has an apt state of its own (its own
+# sources file, lists and archive cache under <cache>/<suite>), and `apt-get download` only
+# fetches the .debs, which are unpacked with `dpkg-deb -x` into <cache>/<suite>/root. The
+# engines run with Debian 12's containerd and runc (scripts/deps.sh installs docker.io, which
+# brings both).
+#
+# Idempotent: a suite whose unpacked engine, CLI and Compose run is left as it is (no
+# download) unless --refresh is given. Prints one line per suite naming what it holds, and
+# writes it to <cache>/<suite>/versions.
+#
+#   scripts/fetch-engines.sh [--refresh] [SUITE...]     (default: trixie sid)
+# Environment: REAPERD_TEST_CACHE (default /var/cache/reaperd-test); the engines live in
+# $REAPERD_TEST_CACHE/engines/<suite>.
+set -euo pipefail
+
+cache=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines
+refresh=false
+suites=()
+while (($#)); do
+  case "$1" in
+    --refresh) refresh=true ;;
+    trixie | sid) suites+=("$1") ;;
+    *) echo "usage: $0 [--refresh] [trixie|sid...]" >&2; exit 64 ;;
+  esac
+  shift
+done
+((${#suites[@]})) || suites=(trixie sid)
+packages=(docker.io docker-cli docker-compose)
+
+# check SUITE: prints "<engine> / <cli> / <compose>" if all three run, else fails saying which.
+check() {
+  local root=$cache/$1/root engine cli compose
+  engine=$("$root/usr/sbin/dockerd" --version 2>&1) || { echo "dockerd does not run: $engine"; return 1; }
+  cli=$("$root/usr/bin/docker" --version 2>&1) || { echo "docker does not run: $cli"; return 1; }
+  compose=$("$root/usr/libexec/docker/cli-plugins/docker-compose" version 2>&1) ||
+    { echo "docker-compose does not run: $compose"; return 1; }
+  [ -x "$root/usr/bin/docker-compose" ] || { echo "no standalone docker-compose"; return 1; }
+  echo "dockerd: $engine; cli: $cli; compose: $compose"
+}
+
+# fetch SUITE: a private apt state, the three .debs, unpacked afresh.
+fetch() {
+  local suite=$1 dir=$cache/$1
+  mkdir -p "$dir/src" "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/debs"
+  printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$suite" >"$dir/src/debian.sources"
+  local apt=(apt-get -q -o "Dir::Etc::sourcelist=/dev/null" -o "Dir::Etc::sourceparts=$dir/src"
+             -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache")
+  "${apt[@]}" update >"$dir/fetch.log" 2>&1 || return 1
+  rm -f "$dir"/debs/*.deb
+  # As root, apt warns that its _apt user cannot write here; the download is done anyway.
+  (cd "$dir/debs" && "${apt[@]}" download "${packages[@]}") >>"$dir/fetch.log" 2>&1 || return 1
+  rm -rf "$dir/root.new"
+  local deb
+  for deb in "$dir"/debs/*.deb; do dpkg-deb -x "$deb" "$dir/root.new" || return 1; done
+  rm -rf "$dir/root"
+  mv "$dir/root.new" "$dir/root"
+  (cd "$dir/debs" && ls -1 ./*.deb | sed 's|^\./||') >"$dir/debs.list"
+}
+
+status=0
+for suite in "${suites[@]}"; do
+  dir=$cache/$suite
+  rm -f "$dir/unavailable"
+  why=""
+  if $refresh || ! check "$suite" >/dev/null 2>&1; then
+    fetch "$suite" ||
+      why="apt could not fetch ${packages[*]} from $suite: $(tail -n 3 "$dir/fetch.log" 2>/dev/null | tr '\n' ' ')"
+  fi
+  if [ -z "$why" ]; then
+    if found=$(check "$suite"); then
+      echo "$found (debs: $(tr '\n' ' ' <"$dir/debs.list"))" >"$dir/versions"
+      echo "fetch-engines: $suite: $(cat "$dir/versions")"
+      continue
+    fi
+    why="$suite's engine does not run on this machine: $found"
+  fi
+  if [ "$suite" = sid ]; then
+    mkdir -p "$dir"
+    echo "$why" >"$dir/unavailable"
+    echo "fetch-engines: sid: UNAVAILABLE, its stage is skipped: $why"
+  else
+    echo "fetch-engines: $suite: FAILED: $why" >&2
+    status=1
+  fi
+done
+exit "$status"

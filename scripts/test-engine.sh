@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs the integration tests against one of the real current Dockers, on a fresh Debian 12
+# machine as root: fetches it (scripts/fetch-engines.sh: Debian 13's Docker 26.1 for
+# docker-trixie, Debian unstable's for docker-sid, each with its CLI and Compose v2; the host's
+# apt sources untouched), builds as scripts/test.sh does, and runs every integration test with
+# REAPER_TEST_ENGINE=<engine>, each process on its own private dockerd of that release
+# (tests/harness/engine-guard, stopped by its pid). The first line names the engine's version.
+# Unstable moves: when docker-sid no longer fetches or runs here, this says exactly that and
+# exits 0 without running; docker-trixie is required.
+#
+#   scripts/test-engine.sh docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+engine=${1:-}
+case "$engine" in
+  docker-trixie | docker-sid) shift ;;
+  *) echo "usage: $0 docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+esac
+build=build
+ctest_flags=()
+while (($#)); do
+  case "$1" in
+    --build) build=$2; shift ;;
+    --) shift; ctest_flags+=("$@"); break ;;
+    *) echo "usage: $0 docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+  esac
+  shift
+done
+suite=${engine#docker-}
+cache=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines/$suite
+
+scripts/deps.sh
+scripts/fetch-engines.sh "$suite"
+if [ -e "$cache/unavailable" ]; then
+  echo "test-engine: $engine: SKIPPED, the engine is unavailable on this machine: $(cat "$cache/unavailable")"
+  exit 0
+fi
+echo "test-engine: $engine: $(cat "$cache/versions")"
+
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+export REAPER_TEST_RUN=run$$
+status=0
+ctest --test-dir "$build/tests/engine-$engine" --output-on-failure -j2 "${ctest_flags[@]}" || status=$?
+
+left=$(pgrep -af -- "--data-root /tmp/reaper-engine\.$REAPER_TEST_RUN\." || true)
+if [ -n "$left" ]; then
+  echo "test-engine.sh: engines left running by the tests:" >&2
+  echo "$left" >&2
+  status=1
+fi
+exit "$status"
