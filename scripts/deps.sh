@@ -14,6 +14,10 @@ packages=(
   podman runc  # scripts/test-podman.sh: a private Podman engine (README, Supported engines)
   prometheus  # prometheus_test: a real Prometheus scrapes reaperd; promtool lints the exposition
 )
+# own_clients_test runs testcontainers-node (scripts/fetch-testcontainers.sh): Debian's Node
+# and npm, unless a Node with its npm is installed already (NodeSource's nodejs carries npm and
+# conflicts with Debian's npm package).
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -31,6 +31,7 @@ suite=${engine#docker-}
 cache=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines/$suite
 
 scripts/deps.sh
+scripts/fetch-testcontainers.sh  # own_clients_test runs testcontainers-node
 scripts/fetch-engines.sh "$suite"
 if [ -e "$cache/unavailable" ]; then
   echo "test-engine: $engine: SKIPPED, the engine is unavailable on this machine: $(cat "$cache/unavailable")"

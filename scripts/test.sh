@@ -24,6 +24,7 @@ while (($#)); do
 done
 
 scripts/deps.sh
+scripts/fetch-testcontainers.sh  # own_clients_test runs testcontainers-node
 # Let ccache reuse objects across checkouts in different directories (CI clones afresh).
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 cmake -S . -B "$build" "${cmake_flags[@]}" >/dev/null

@@ -34,6 +34,13 @@ std::string read_text(const std::string& path) {
     return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// $REAPERD_TEST_CACHE, where scripts/fetch-engines.sh and fetch-testcontainers.sh put what
+// they fetch.
+std::string test_cache_dir() {
+    const char* cache = std::getenv("REAPERD_TEST_CACHE");
+    return cache && *cache ? cache : "/var/cache/reaperd-test";
+}
+
 TestEngine engine_from_environment() {
     const char* value = std::getenv("REAPER_TEST_ENGINE");
     TestEngine engine;
@@ -46,9 +53,8 @@ TestEngine engine_from_environment() {
     if (engine.name != "docker-trixie" && engine.name != "docker-sid")
         throw std::runtime_error("REAPER_TEST_ENGINE=" + engine.name +
                                  ": the harness runs docker (the default), docker-trixie, docker-sid or podman");
-    const char* cache = std::getenv("REAPERD_TEST_CACHE");
     const std::string suite = engine.name.substr(7);
-    const std::string dir = std::string(cache && *cache ? cache : "/var/cache/reaperd-test") + "/engines/" + suite;
+    const std::string dir = test_cache_dir() + "/engines/" + suite;
     if (fs::exists(dir + "/unavailable"))
         throw std::runtime_error("REAPER_TEST_ENGINE=" + engine.name + ": scripts/fetch-engines.sh found it unavailable here: " +
                                  read_text(dir + "/unavailable"));
@@ -67,6 +73,13 @@ const TestEngine& test_engine() {
 }
 
 EngineKind test_engine_kind() { return test_engine().kind; }
+
+std::string testcontainers_node_modules() {
+    const auto dir = test_cache_dir() + "/npm/testcontainers/node_modules";
+    if (!fs::exists(dir + "/testcontainers/package.json"))
+        throw std::runtime_error("no testcontainers-node in " + dir + "; run scripts/fetch-testcontainers.sh");
+    return dir;
+}
 
 std::string TestEngine::docker_cli() const { return root.empty() ? "/usr/bin/docker" : root + "/usr/bin/docker"; }
 std::string TestEngine::compose_v2() const { return root.empty() ? "" : root + "/usr/bin/docker-compose"; }

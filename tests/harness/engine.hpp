@@ -39,6 +39,10 @@ struct TestEngine {
 const TestEngine& test_engine();
 EngineKind test_engine_kind();
 
+// The node_modules dir holding testcontainers-node (scripts/fetch-testcontainers.sh), for
+// NODE_PATH. Throws, naming the script to run, when it has not been fetched.
+std::string testcontainers_node_modules();
+
 // One engine in its own temp dir, run by a guard script: tests/harness/engine-guard (a
 // dockerd) or, under REAPER_TEST_ENGINE=podman, tests/harness/podman-guard (`podman system
 // service`, Podman's Docker-compatible API). The guard stops the engine by its pid and

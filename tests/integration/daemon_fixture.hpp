@@ -352,17 +352,20 @@ inline std::vector<std::string> own_run_argv(const std::string& socket, const st
     return argv;
 }
 
-// Runs Debian's docker CLI against the private engine; its stdout and stderr.
-inline std::string docker_cli(const std::string& args) {
-    const std::string command =
-        "/usr/bin/docker --host " + reaper::test::engine().address() + " " + args + " 2>&1";
+// Runs `command` with /bin/sh; its stdout and stderr.
+inline std::string shell_output(const std::string& command) {
     std::string out;
-    if (FILE* pipe = ::popen(command.c_str(), "r")) {
+    if (FILE* pipe = ::popen((command + " 2>&1").c_str(), "r")) {
         char buffer[4096];
         while (auto n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
         ::pclose(pipe);
     }
     return out;
+}
+
+// Runs Debian's docker CLI against the private engine; its stdout and stderr.
+inline std::string docker_cli(const std::string& args) {
+    return shell_output("/usr/bin/docker --host " + reaper::test::engine().address() + " " + args);
 }
 
 }  // namespace reaperd::itest

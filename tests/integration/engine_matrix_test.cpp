@@ -3,8 +3,9 @@
 // dockerd 20.10; an EngineFront (tests/harness/engine_front.cpp) makes it present itself as
 // each release in the table, version checks and /version included, so a client that
 // negotiates wrongly is refused exactly as that release would refuse it.
-// The last case is the private engine itself, unfronted: dockerd 20.10, or Podman 4.3.1 under
-// REAPER_TEST_ENGINE=podman (its row in the matrix; scripts/test-podman.sh runs that case).
+// The last case is the private engine itself, unfronted: dockerd 20.10, or under
+// REAPER_TEST_ENGINE the real Docker 26.1 (docker-trixie), 28.5 (docker-sid) or Podman 4.3.1
+// (their rows in the matrix; scripts/test-engine.sh and scripts/test-podman.sh run that case).
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
 #include "log.hpp"
@@ -74,8 +75,18 @@ struct NativeRow {
     std::uint64_t log_bound;
 };
 NativeRow native_row() {
-    if (reaper::test::engine().kind() == reaper::test::EngineKind::podman)
+    const auto& engine = reaper::test::test_engine();
+    if (engine.kind == reaper::test::EngineKind::podman)
         return {{{"Debian 12 podman 4.3.1", "1.24", "1.41", "4.3.1"}, "1.41"}, 64 * MiB};
+    if (engine.name == "docker-trixie")
+        return {{{"Debian 13 docker.io 26.1", "1.24", "1.45", "26.1.5"}, "1.45"}, 8 * MiB};
+    if (engine.name == "docker-sid") {
+        // Unstable moves: a release it has moved to needs a row of its own, stated here.
+        const auto& version = reaper::test::engine().version();
+        BOOST_TEST_REQUIRE(version.rfind("28.5.", 0) == 0u,
+                           "Debian unstable's Docker is now " << version << ": add its row to the matrix");
+        return {{{"Debian unstable docker.io 28.5", "1.24", "1.51", "28.5.2"}, "1.51"}, 8 * MiB};
+    }
     return {{{"Debian 12 docker.io 20.10", "1.12", "1.41", "20.10.24"}, "1.41"}, 8 * MiB};
 }
 

@@ -1,13 +1,15 @@
 // `reaperctl run --own S -- TOOL` with unmodified clients against the private engine: the
-// docker CLI (Debian's, and a newer one at /usr/local/bin/docker when present), docker-py and
-// docker-compose from Debian. Each tool creates and leaves things behind through the proxy;
-// after the run, reaperd (a child process) reaps every container, network and volume it made
-// (each carries the session label), and a container made meanwhile outside the proxy is
-// untouched.
+// docker CLI that comes with the engine (Debian 12's, 26.1's or 28.5's; Debian 12's beside a
+// newer engine's as well), docker-py and docker-compose 1.29 from Debian, Compose v2 (standalone
+// and as `docker compose`, with the newer engines: scripts/fetch-engines.sh) and
+// testcontainers-node from npm (scripts/fetch-testcontainers.sh). Each tool creates and leaves
+// things behind through the proxy; after the run, reaperd (a child process) reaps every
+// container, network and volume it made (each carries the session label) within lease_grace
+// + 2 s, and a container, network and volume made meanwhile outside the proxy are untouched.
 //
 // The private engine runs with --bridge=none, which only drops the default docker0 bridge:
 // a user-defined network with the bridge driver is created and joined offline here, so the
-// compose project uses one (an `internal: true` network works as well; `null` and `host`
+// compose projects use one (an `internal: true` network works as well; `null` and `host`
 // allow one instance only and cannot be created).
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
@@ -24,11 +26,21 @@ long long ms_since(Clock::time_point start) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
+// The issue's promise: a run's containers, networks and volumes are gone within
+// lease_grace + 2 s of its end.
+constexpr auto lease_grace = 1s;
+constexpr auto reaped_within = lease_grace + 2s;
+
 struct OwnFixture {
     OwnFixture() {
         daemon.start();
         char pattern[] = "/tmp/own-clients.XXXXXX";
         dir = ::mkdtemp(pattern);
+        // The engine's Compose v2 as `docker compose`: its CLI looks for plugins in system
+        // dirs of its own build, which the unpacked engine is not in.
+        fs::create_directories(dir + "/docker-config");
+        const auto plugins = reaper::test::test_engine().cli_plugins_dir();
+        if (!plugins.empty()) write("docker-config/config.json", R"({"cliPluginsExtraDirs": [")" + plugins + R"("]})");
     }
     ~OwnFixture() {
         std::error_code ec;
@@ -38,6 +50,8 @@ struct OwnFixture {
         } catch (const std::exception&) {
             // Already gone: the test failed on it.
         }
+        docker_cli("network rm " + outsider_name);
+        docker_cli("volume rm " + outsider_name);
     }
 
     std::string write(const std::string& name, const std::string& text) const {
@@ -55,9 +69,14 @@ struct OwnFixture {
                                            "DOCKER_CONFIG=" + dir + "/docker-config",
                                            "OUT=" + dir,
                                        });
-        // Made while the run is alive, straight on the engine: it must stay.
-        if (outsider.empty()) outsider = run_container({{"team", "outside"}});
+        // Made while the run is alive, straight on the engine: they must stay.
+        if (outsider.empty()) {
+            outsider = run_container({{"team", "outside"}});
+            docker_cli("network create --label team=outside " + outsider_name);
+            docker_cli("volume create --label team=outside " + outsider_name);
+        }
         const int code = last->wait(300s);
+        ended = Clock::now();
         BOOST_TEST_MESSAGE("tool stdout:\n" << last->stdout_text() << "tool stderr:\n" << last->stderr_text());
         return code;
     }
@@ -69,15 +88,26 @@ struct OwnFixture {
         return engine_client().list_containers(options);
     }
 
-    // After the run: its containers go within lease_grace and a margin, the outsider stays.
-    void expect_reaped(const std::string& session, std::size_t made) {
-        BOOST_TEST(containers_of(session).size() == made);
-        const auto ended = Clock::now();
+    // After the run: its `containers` containers and its networks and volumes (by name) go
+    // within lease_grace + 2 s of its end; what was made outside it stays.
+    void expect_reaped(const std::string& session, std::size_t containers,
+                       const std::vector<std::string>& networks = {}, const std::vector<std::string>& volumes = {}) {
+        BOOST_TEST(containers_of(session).size() == containers);
+        BOOST_TEST(labelled("network", session) == networks, boost::test_tools::per_element());
+        BOOST_TEST(labelled("volume", session) == volumes, boost::test_tools::per_element());
         BOOST_TEST(eventually([&] { return containers_of(session).empty(); }, 30s), daemon.log_text());
-        BOOST_TEST_MESSAGE(session << ": " << made << " containers reaped " << ms_since(ended)
-                                   << " ms after the run ended (lease_grace 2 s)");
+        const auto containers_ms = ms_since(ended);
+        BOOST_TEST(eventually([&] { return labelled("network", session).empty(); }, 30s), daemon.log_text());
+        BOOST_TEST(eventually([&] { return labelled("volume", session).empty(); }, 30s), daemon.log_text());
+        const auto all_ms = ms_since(ended);
+        BOOST_TEST_MESSAGE(session << ": " << containers << " containers reaped " << containers_ms << " ms, "
+                                   << networks.size() << " networks and " << volumes.size() << " volumes "
+                                   << all_ms << " ms after the run ended (lease_grace 1 s)");
+        BOOST_TEST(all_ms <= std::chrono::milliseconds(reaped_within).count(), daemon.log_text());
         BOOST_TEST(exists(outsider));
         BOOST_TEST(engine_client().inspect(outsider).state.running);
+        BOOST_TEST(docker_cli("network inspect --format '{{.Name}}' " + outsider_name) == outsider_name + "\n");
+        BOOST_TEST(docker_cli("volume inspect --format '{{.Name}}' " + outsider_name) == outsider_name + "\n");
     }
 
     // The session's networks or volumes ("network" / "volume") that carry its label.
@@ -88,20 +118,42 @@ struct OwnFixture {
             if (!line.empty()) names.push_back(line);
         return names;
     }
-    // After its containers: reaperd removes the session's networks and volumes too.
-    void expect_networks_and_volumes_reaped(const std::string& session) const {
-        const auto ended = Clock::now();
-        BOOST_TEST(eventually([&] { return labelled("network", session).empty(); }, 30s), daemon.log_text());
-        BOOST_TEST(eventually([&] { return labelled("volume", session).empty(); }, 30s), daemon.log_text());
-        BOOST_TEST_MESSAGE(session << ": networks and volumes reaped " << ms_since(ended)
-                                   << " ms after its containers");
-    }
 
-    Reaperd daemon;
+    Reaperd daemon{"  lease_grace: 1s\n"};
     std::string dir;
     std::string outsider;
+    const std::string outsider_name = reaper::test::unique_name("own-outsider");
     std::unique_ptr<Child> last;
+    Clock::time_point ended;
 };
+
+// `CLI --version`: "Docker version 26.1.5+dfsg1, build a72d7cd".
+std::string docker_version(const std::string& cli) {
+    auto text = shell_output(cli + " --version");
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+}
+
+// A Compose project of two services sharing a network and a named volume (the Compose
+// specification's form, which v2 reads; 1.29 needs the `version: "2.4"` line as well).
+const char* const compose_project = R"YAML(
+services:
+  web:
+    image: reaper-test/busybox:latest
+    command: ["sleep", "600"]
+    networks: [backend]
+    volumes: ["data:/data"]
+  worker:
+    image: reaper-test/busybox:latest
+    command: ["sh", "-c", "echo started > /data/worker; exec sleep 600"]
+    networks: [backend]
+    volumes: ["data:/data"]
+networks:
+  backend:
+    driver: bridge
+volumes:
+  data: {}
+)YAML";
 
 const char* const cli_script = R"SH(set -eu
 docker() { "$CLI" "$@"; }
@@ -146,15 +198,19 @@ echo all-ok
 BOOST_AUTO_TEST_CASE(the_docker_cli_through_the_proxy_leaves_nothing_behind) {
     OwnFixture f;
     const auto script = f.write("cli.sh", cli_script);
-    std::vector<std::string> clis{"/usr/bin/docker"};
-    if (fs::exists("/usr/local/bin/docker")) clis.push_back("/usr/local/bin/docker");
+    // The engine's own CLI first; Debian 12's 20.10 beside a newer engine too, as a host that
+    // upgraded only its engine has it.
+    std::vector<std::string> clis{reaper::test::test_engine().docker_cli()};
+    for (const std::string other : {"/usr/bin/docker", "/usr/local/bin/docker"})
+        if (other != clis.front() && fs::exists(other)) clis.push_back(other);
     int n = 0;
     for (const auto& cli : clis) {
         BOOST_TEST_CONTEXT(cli) {
             const auto session = "own-cli-" + std::to_string(++n);
             const auto started = Clock::now();
             BOOST_TEST(f.run_own(session, {"/usr/bin/env", "CLI=" + cli, "/bin/sh", script}) == 0);
-            BOOST_TEST_MESSAGE(cli << ": the script took " << ms_since(started) << " ms through the proxy");
+            BOOST_TEST_MESSAGE(cli << " (" << docker_version(cli) << "): the script took " << ms_since(started)
+                                   << " ms through the proxy");
             BOOST_TEST(f.last->stdout_text().find("all-ok") != std::string::npos);
             // d, run -i, logs, attach, create+rm: 5 made; the refused one never reached the engine.
             const auto summary = f.last->stderr_text();
@@ -214,34 +270,13 @@ print("all-ok")
     BOOST_TEST(f.last->stdout_text().find("all-ok") != std::string::npos);
     BOOST_TEST(f.last->stderr_text().find("labelled 4 containers, 1 network, 1 volume") != std::string::npos,
                f.last->stderr_text());
-    BOOST_TEST(f.labelled("network", session) == std::vector<std::string>{"own-py-net"});
-    BOOST_TEST(f.labelled("volume", session) == std::vector<std::string>{"own-py-vol"});
-    f.expect_reaped(session, 4);
-    f.expect_networks_and_volumes_reaped(session);
+    f.expect_reaped(session, 4, {"own-py-net"}, {"own-py-vol"});
 }
 
 BOOST_AUTO_TEST_CASE(a_docker_compose_project_through_the_proxy_leaves_nothing_behind) {
     OwnFixture f;
     fs::create_directories(f.dir + "/project");
-    f.write("project/docker-compose.yml", R"YAML(
-version: "2.4"
-services:
-  web:
-    image: reaper-test/busybox:latest
-    command: ["sleep", "600"]
-    networks: [backend]
-    volumes: ["data:/data"]
-  worker:
-    image: reaper-test/busybox:latest
-    command: ["sh", "-c", "echo started > /data/worker; exec sleep 600"]
-    networks: [backend]
-    volumes: ["data:/data"]
-networks:
-  backend:
-    driver: bridge
-volumes:
-  data: {}
-)YAML");
+    f.write("project/docker-compose.yml", std::string("version: \"2.4\"") + compose_project);
     const std::string session = "own-compose";
     BOOST_TEST(f.run_own(session, {"/bin/sh", "-c",
                                    "cd " + f.dir + "/project && docker-compose -p owncompose up -d && "
@@ -253,10 +288,79 @@ volumes:
         BOOST_TEST(c.labels.at("com.docker.compose.project") == "owncompose");
         BOOST_TEST(c.state == "running");
     }
-    BOOST_TEST(f.labelled("network", session) == std::vector<std::string>{"owncompose_backend"});
-    BOOST_TEST(f.labelled("volume", session) == std::vector<std::string>{"owncompose_data"});
-    f.expect_reaped(session, 2);
-    f.expect_networks_and_volumes_reaped(session);
+    f.expect_reaped(session, 2, {"owncompose_backend"}, {"owncompose_data"});
+}
+
+// Compose v2 comes with the newer engines (scripts/fetch-engines.sh); Debian 12 has only 1.29,
+// which the case above runs. On the default engine this case says so and does not run.
+BOOST_AUTO_TEST_CASE(compose_v2_standalone_and_as_a_cli_plugin_leave_nothing_behind,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                         boost::test_tools::assertion_result has(!reaper::test::test_engine().compose_v2().empty());
+                         has.message() << "Compose v2 comes with REAPER_TEST_ENGINE=docker-trixie and docker-sid "
+                                          "(scripts/test-engine.sh), not with "
+                                       << reaper::test::test_engine().name;
+                         return has;
+                     })) {
+    const auto& engine = reaper::test::test_engine();
+    OwnFixture f;
+    fs::create_directories(f.dir + "/project");
+    f.write("project/compose.yaml", compose_project);
+    struct Way {
+        std::string name;
+        std::string compose;  // the command that stands for `docker-compose`
+    };
+    for (const auto& way : {Way{"standalone", engine.compose_v2()}, Way{"plugin", engine.docker_cli() + " compose"}}) {
+        BOOST_TEST_CONTEXT(way.name) {
+            const auto session = "own-compose-v2-" + way.name;
+            const auto project = "v2" + way.name;
+            BOOST_TEST(f.run_own(session, {"/bin/sh", "-c",
+                                           "cd " + f.dir + "/project && " + way.compose + " version && " + way.compose +
+                                               " -p " + project + " up -d && " + way.compose + " -p " + project +
+                                               " ps"}) == 0);
+            BOOST_TEST_MESSAGE(way.name << ": " << f.last->stdout_text().substr(0, f.last->stdout_text().find('\n')));
+            BOOST_TEST(f.last->stderr_text().find("labelled 2 containers, 1 network, 1 volume") != std::string::npos,
+                       f.last->stderr_text());
+            for (const auto& c : f.containers_of(session)) {
+                BOOST_TEST(c.labels.at("com.docker.compose.project") == project);
+                BOOST_TEST(c.state == "running");
+            }
+            f.expect_reaped(session, 2, {project + "_backend"}, {project + "_data"});
+        }
+    }
+}
+
+// testcontainers-node as a test suite uses it, with its own reaper (Ryuk) off: the test
+// process starts a network and two containers and dies by SIGKILL, with no chance to clean
+// up. TESTCONTAINERS_HOST_OVERRIDE spares it looking for the default bridge, which the
+// private engines do not have.
+BOOST_AUTO_TEST_CASE(testcontainers_node_killed_with_sigkill_leaves_nothing_behind) {
+    OwnFixture f;
+    const auto script = f.write("tc.js", R"JS(
+const { GenericContainer, Network } = require("testcontainers");
+(async () => {
+  const network = await new Network().start();
+  const started = await Promise.all([1, 2].map(() =>
+    new GenericContainer("reaper-test/busybox:latest")
+      .withCommand(["sleep", "600"])
+      .withNetwork(network)
+      .start()));
+  console.log(`started network ${network.getName()} and ${started.length} containers`);
+  process.kill(process.pid, "SIGKILL");
+})().catch((e) => { console.error(e); process.exit(1); });
+)JS");
+    const std::string session = "own-testcontainers";
+    BOOST_TEST(f.run_own(session, {"/usr/bin/env", "NODE_PATH=" + reaper::test::testcontainers_node_modules(),
+                                   "TESTCONTAINERS_RYUK_DISABLED=true", "TESTCONTAINERS_HOST_OVERRIDE=localhost",
+                                   "node", script}) == 128 + SIGKILL);
+    BOOST_TEST(f.last->stdout_text().find("and 2 containers") != std::string::npos);
+    BOOST_TEST(f.last->stderr_text().find("labelled 2 containers, 1 network, 0 volumes") != std::string::npos,
+               f.last->stderr_text());
+    for (const auto& c : f.containers_of(session)) {
+        BOOST_TEST(c.labels.count("org.testcontainers") == 1);  // its own labels are kept
+        BOOST_TEST(c.state == "running");
+    }
+    const auto network = f.last->stdout_text().substr(16, f.last->stdout_text().find(' ', 16) - 16);
+    f.expect_reaped(session, 2, {network});
 }
 
 BOOST_AUTO_TEST_CASE(run_own_usage_errors_exit_64_before_anything_runs) {
