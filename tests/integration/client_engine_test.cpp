@@ -1,6 +1,7 @@
 // The engine client against a real, private dockerd: every call, its errors, streams, and
 // that closing clients gives every fd back.
 #include "engine.hpp"
+#include "eventually.hpp"
 
 #include <reaper/client.hpp>
 
@@ -14,6 +15,7 @@
 using namespace reaper;
 using namespace std::chrono_literals;
 using reaper::test::engine;
+using reaper::test::eventually;
 using reaper::test::unique_name;
 using Clock = std::chrono::steady_clock;
 
@@ -111,7 +113,14 @@ BOOST_AUTO_TEST_CASE(create_inspect_start_list_with_every_field) {
     BOOST_TEST(by_label[0].labels.at("reaper.test") == "client");
 
     client.stop(id, 1s);
-    BOOST_TEST(client.list_containers({.all = false, .filters = {{"name", {name}}}}).empty());
+    const auto running_list = [&] { return client.list_containers({.all = false, .filters = {{"name", {name}}}}); };
+    if (engine().major_version() < 23) {
+        BOOST_TEST(running_list().empty());
+    } else {
+        // Since 23 the list reads a replica of the containers' state that catches up after
+        // the stop has answered: on 26.1 a list right after it still showed "running".
+        BOOST_TEST(eventually([&] { return running_list().empty(); }, 5s));
+    }
     BOOST_TEST(client.list_containers({.all = true, .filters = {{"name", {name}}}}).size() == 1u);
     client.remove(id, {});
 }
@@ -125,7 +134,12 @@ BOOST_AUTO_TEST_CASE(delete_running_conflicts_force_succeeds_then_not_found) {
     BOOST_TEST(conflict.status() == 409);
     BOOST_TEST(conflict.kind() == EngineErrorKind::Conflict);
     BOOST_TEST_MESSAGE("engine said: " << conflict.engine_message());
-    BOOST_TEST(conflict.engine_message().find("cannot remove a running container") != std::string::npos);
+    // The engine's words, which nothing in reaperd reads (the status is what counts): 20.10
+    // says "You cannot remove a running container <id>. Stop the container before
+    // attempting removal or force remove", 26.1 and 28.5 "cannot remove container "/<name>":
+    // container is running: stop the container before removing or force remove".
+    BOOST_TEST(conflict.engine_message().find(engine().major_version() < 23 ? "cannot remove a running container"
+                                                                            : "container is running") != std::string::npos);
 
     client.remove(id, {.force = true, .volumes = true});
 
