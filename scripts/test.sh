@@ -25,6 +25,8 @@ done
 
 scripts/deps.sh
 scripts/fetch-testcontainers.sh  # own_clients_test runs testcontainers-node
+# The engine every integration test of this run starts privately (the host's, Debian 12's).
+echo "test: engine: $(dockerd --version), $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -n 1)"
 # Let ccache reuse objects across checkouts in different directories (CI clones afresh).
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 cmake -S . -B "$build" "${cmake_flags[@]}" >/dev/null
