@@ -416,6 +416,7 @@ public:
 
     void release() noexcept override {
         std::lock_guard lock(mutex_);
+        std::lock_guard looking(look_mutex_);  // no alive() is polling the descriptor
         if (released_) return;
         released_ = true;
         try {
@@ -426,11 +427,13 @@ public:
     }
 
     bool alive() const override {
-        // An update in progress holds the lock: the connection is in use, and the daemon's
-        // answer, not a close, may be what is readable. Its outcome tells soon enough.
-        std::unique_lock lock(mutex_, std::try_to_lock);
-        if (!lock.owns_lock()) return !released_;
+        // Several threads may ask at once (a LeaseKeeper's and its owner's, both woken by the
+        // daemon closing): each looks for itself. look_mutex_ is never held across a wait.
+        std::lock_guard lock(look_mutex_);
         if (released_) return false;
+        // An update in progress: the connection is in use, and the daemon's answer, not a
+        // close, may be what is readable. Its outcome tells soon enough.
+        if (updating_) return true;
         pollfd p{fd_, POLLIN, 0};
         const int ready = ::poll(&p, 1, 0);
         if (ready <= 0) return true;
@@ -455,6 +458,7 @@ public:
     void update(const LabelledCounts& labelled, std::chrono::milliseconds timeout, int cancel_fd) {
         std::lock_guard lock(mutex_);
         if (released_) throw std::logic_error("update on a released lease");
+        Updating updating(*this);
         Request request;
         request.op = Op::Update;
         request.labelled = labelled;
@@ -522,11 +526,29 @@ private:
         return "talking to reaperd at " + path_ + ": " + what;
     }
 
-    mutable std::mutex mutex_;  // held for an update's whole exchange
+    // Marks an update's exchange for alive(), from its first byte sent to its answer read.
+    class Updating {
+    public:
+        explicit Updating(SocketLease& lease) : lease_(lease) { set(true); }
+        ~Updating() { set(false); }
+        Updating(const Updating&) = delete;
+        Updating& operator=(const Updating&) = delete;
+
+    private:
+        void set(bool updating) {
+            std::lock_guard lock(lease_.look_mutex_);
+            lease_.updating_ = updating;
+        }
+        SocketLease& lease_;
+    };
+
+    std::mutex mutex_;               // held for an update's whole exchange, and by release()
+    mutable std::mutex look_mutex_;  // held by alive() while it looks, and to change the two below
+    bool updating_ = false;
+    std::atomic<bool> released_{false};  // written under both mutexes
     Poco::Net::StreamSocket socket_;
     const int fd_;
     const std::string path_;
-    std::atomic<bool> released_{false};  // written under mutex_
 };
 
 // Takes a lease (plain, or with a proxy and its counts) on one new connection; the wait for

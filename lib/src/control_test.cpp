@@ -519,6 +519,24 @@ BOOST_AUTO_TEST_CASE(lease_lives_until_released_or_dropped) {
     BOOST_CHECK_THROW(control::ControlClient(refusing.path()).lease("s"), control::ErrorReply);
 }
 
+// A LeaseKeeper's thread and its owner ask at once, both woken by the daemon closing: every
+// asker sees the lease gone, none is told it lives because another was looking.
+BOOST_AUTO_TEST_CASE(a_dropped_lease_is_dead_to_every_thread_asking_at_once) {
+    ScriptedDaemon daemon([](const std::string&) { return control::encode_ok(); });
+    auto lease = control::ControlClient(daemon.path()).lease("s");
+    daemon.drop_all();
+    BOOST_REQUIRE(eventually([&] { return !lease->alive(); }));
+    std::atomic<int> told_alive{0};
+    std::vector<std::thread> askers;
+    for (int t = 0; t < 4; ++t)
+        askers.emplace_back([&] {
+            for (int i = 0; i < 20000; ++i)
+                if (lease->alive()) ++told_alive;
+        });
+    for (auto& asker : askers) asker.join();
+    BOOST_TEST(told_alive.load() == 0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- LeaseKeeper ----------------------------------------------------------------------------
