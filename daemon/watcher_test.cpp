@@ -405,7 +405,9 @@ BOOST_AUTO_TEST_CASE(a_starts_log_info_is_never_overtaken_by_the_creates) {
     watcher.want_log_info("a");
     BOOST_TEST(rec.wait([&] { return engine.held_inspects() == 1; }));  // sees it "created"
     engine.start_container("a", "/var/lib/docker/containers/a/a-json.log");
-    std::this_thread::sleep_for(50ms);  // real time: the start event is handled while the lookup waits
+    engine.add("b", {});  // an event after the start, to be sure it was handled meanwhile
+    BOOST_TEST(rec.wait([&] { return rec.appeared("b"); }));
+    std::this_thread::sleep_for(50ms);  // real time: a second lookup wrongly started would show by now
     BOOST_TEST(engine.held_inspects() == 1u);  // one container's lookups never overlap
     engine.release_inspects();
     BOOST_TEST(rec.wait([&] { return log_infos_of(rec, "a") == 2; }));
