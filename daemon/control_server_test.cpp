@@ -343,9 +343,9 @@ BOOST_AUTO_TEST_CASE(stop_while_a_status_is_pending) {
     const int asker = connect_raw(f.config.socket);
     send_all(asker, "{\"op\":\"status\"}\n");
     std::thread releaser([&] {
-        // Real time: stop() must find the status still pending, and nothing tells when
-        // stop() has started waiting for it; 200 ms is ample.
-        std::this_thread::sleep_for(200ms);
+        // stop() must find the status still pending, and nothing tells when it has started
+        // waiting for it.
+        std::this_thread::sleep_for(200ms);  // real time: ample for stop() to begin waiting
         release.set_value();
     });
     f.server->stop();
@@ -462,14 +462,13 @@ BOOST_AUTO_TEST_CASE(a_byte_at_a_time_does_not_defeat_the_idle_timeout) {
     const int fd = connect_raw(f.config.socket);
     const auto start = std::chrono::steady_clock::now();
     bool closed = false;
-    // A byte every 100 ms, never a newline: before, each byte reset the timeout. Real time:
-    // the server's idle timeout is.
+    // A byte every 100 ms, never a newline: before, each byte reset the timeout.
     while (std::chrono::steady_clock::now() - start < 10s) {
         if (::send(fd, " ", 1, MSG_NOSIGNAL) != 1) {
             closed = true;
             break;
         }
-        std::this_thread::sleep_for(100ms);
+        std::this_thread::sleep_for(100ms);  // real time: the server's idle timeout is real time
         char c;
         const auto n = ::recv(fd, &c, 1, MSG_DONTWAIT);
         if (n == 0) {
@@ -492,12 +491,12 @@ BOOST_AUTO_TEST_CASE(reading_pauses_while_replies_are_unread) {
     std::string requests;
     for (std::size_t i = 0; i < asked; ++i) requests += "{\"op\":\"status\"}\n";
     send_all(fd, requests);
-    // The kernel's socket buffers take a few replies; then the server stops answering.
-    // Real time: a pause shows only as nothing more happening, so the count is watched over
-    // half a second (the first dozen replies take ~5 ms here).
+    // The kernel's socket buffers take a few replies; then the server stops answering. A
+    // pause shows only as nothing more happening, so the count is watched over half a second
+    // (the first dozen replies take ~5 ms here).
     std::size_t settled = 0;
     for (int i = 0; i < 10; ++i) {
-        std::this_thread::sleep_for(50ms);
+        std::this_thread::sleep_for(50ms);  // real time: a negative check, nothing more answered
         settled = f.handler.status_calls;
     }
     BOOST_TEST(settled < asked / 2, settled << " of " << asked << " answered while unread");
@@ -869,10 +868,9 @@ BOOST_AUTO_TEST_CASE(a_proxy_lease_takes_updates_and_names_its_client_process) {
     const int fd = connect_raw(f.config.socket);
     send_all(fd, "{\"op\":\"lease\",\"session\":\"P\",\"proxy\":true,\"containers_labelled\":1}\n");
     BOOST_TEST(read_line(fd) == "{\"ok\":true}");
-    // A line may come in pieces; the lease holds meanwhile. Real time: the pause makes the
-    // server read the two pieces apart.
+    // A line may come in pieces; the lease holds meanwhile.
     send_all(fd, "{\"op\":\"update\",\"containers_labelled\":2,");
-    std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(50ms);  // real time: the server reads the two pieces apart
     send_all(fd, "\"networks_labelled\":1}\n");
     BOOST_TEST(read_line(fd) == "{\"ok\":true}");
     // A report the handler fails on is answered with the error; the lease stays.

@@ -405,7 +405,9 @@ BOOST_AUTO_TEST_CASE(a_starts_log_info_is_never_overtaken_by_the_creates) {
     watcher.want_log_info("a");
     BOOST_TEST(rec.wait([&] { return engine.held_inspects() == 1; }));  // sees it "created"
     engine.start_container("a", "/var/lib/docker/containers/a/a-json.log");
-    std::this_thread::sleep_for(50ms);  // real time: the start event is handled while the lookup waits
+    engine.add("b", {});  // an event after the start, to be sure it was handled meanwhile
+    BOOST_TEST(rec.wait([&] { return rec.appeared("b"); }));
+    std::this_thread::sleep_for(50ms);  // real time: a second lookup wrongly started would show by now
     BOOST_TEST(engine.held_inspects() == 1u);  // one container's lookups never overlap
     engine.release_inspects();
     BOOST_TEST(rec.wait([&] { return log_infos_of(rec, "a") == 2; }));
@@ -428,8 +430,11 @@ BOOST_AUTO_TEST_CASE(stop_does_not_wait_for_queued_lookups_or_a_stuck_inspect) {
     for (int i = 0; i < 10; ++i) engine.hold_inspects("c" + std::to_string(i));
     for (int i = 0; i < 10; ++i) watcher.want_log_info("c" + std::to_string(i));
     BOOST_TEST(rec.wait([&] { return engine.held_inspects() == Watcher::lookup_threads; }));
+    BOOST_REQUIRE(rec.wait([&] { return engine.open_streams() == 1u; }));
     std::thread stopper([&] { watcher.stop(); });
-    std::this_thread::sleep_for(100ms);  // real time: stop has dropped the queued six by now
+    // stop() drops the queued six as it cancels the stream; the stream is gone once the
+    // watcher's thread has seen that.
+    BOOST_TEST(rec.wait([&] { return engine.open_streams() == 0u; }));
     auto begin = std::chrono::steady_clock::now();
     engine.close();
     stopper.join();

@@ -28,6 +28,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -416,6 +417,7 @@ public:
 
     void release() noexcept override {
         std::lock_guard lock(mutex_);
+        std::lock_guard looking(look_mutex_);  // no alive() is polling the descriptor
         if (released_) return;
         released_ = true;
         try {
@@ -426,11 +428,13 @@ public:
     }
 
     bool alive() const override {
-        // An update in progress holds the lock: the connection is in use, and the daemon's
-        // answer, not a close, may be what is readable. Its outcome tells soon enough.
-        std::unique_lock lock(mutex_, std::try_to_lock);
-        if (!lock.owns_lock()) return !released_;
+        // Several threads may ask at once (a LeaseKeeper's and its owner's, both woken by the
+        // daemon closing): each looks for itself. look_mutex_ is never held across a wait.
+        std::lock_guard lock(look_mutex_);
         if (released_) return false;
+        // An update in progress: the connection is in use, and the daemon's answer, not a
+        // close, may be what is readable. Its outcome tells soon enough.
+        if (updating_) return true;
         pollfd p{fd_, POLLIN, 0};
         const int ready = ::poll(&p, 1, 0);
         if (ready <= 0) return true;
@@ -455,6 +459,7 @@ public:
     void update(const LabelledCounts& labelled, std::chrono::milliseconds timeout, int cancel_fd) {
         std::lock_guard lock(mutex_);
         if (released_) throw std::logic_error("update on a released lease");
+        Updating updating(*this);
         Request request;
         request.op = Op::Update;
         request.labelled = labelled;
@@ -522,11 +527,29 @@ private:
         return "talking to reaperd at " + path_ + ": " + what;
     }
 
-    mutable std::mutex mutex_;  // held for an update's whole exchange
+    // Marks an update's exchange for alive(), from its first byte sent to its answer read.
+    class Updating {
+    public:
+        explicit Updating(SocketLease& lease) : lease_(lease) { set(true); }
+        ~Updating() { set(false); }
+        Updating(const Updating&) = delete;
+        Updating& operator=(const Updating&) = delete;
+
+    private:
+        void set(bool updating) {
+            std::lock_guard lock(lease_.look_mutex_);
+            lease_.updating_ = updating;
+        }
+        SocketLease& lease_;
+    };
+
+    std::mutex mutex_;               // held for an update's whole exchange, and by release()
+    mutable std::mutex look_mutex_;  // held by alive() while it looks, and to change the two below
+    bool updating_ = false;
+    std::atomic<bool> released_{false};  // written under both mutexes
     Poco::Net::StreamSocket socket_;
     const int fd_;
     const std::string path_;
-    std::atomic<bool> released_{false};  // written under mutex_
 };
 
 // Takes a lease (plain, or with a proxy and its counts) on one new connection; the wait for
@@ -892,8 +915,9 @@ public:
           session_(session),
           options_(options),
           wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-          counts_changed_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-        if (!wake_ || !counts_changed_) {
+          counts_changed_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+          settle_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+        if (!wake_ || !counts_changed_ || !settle_) {
             throw std::system_error(errno, std::generic_category(), "eventfd");
         }
     }
@@ -913,8 +937,12 @@ public:
             failure = std::current_exception();
         }
         AllSignalsBlocked blocked;
-        // The caller has the first failure; further failures of that run are not news.
-        thread_ = std::thread([this, failing = failure != nullptr] { run(failing); });
+        // The caller has the first failure; further failures of that run are not news. The
+        // first wait is timed from this attempt, not from whenever the thread gets going.
+        const auto next_attempt = options_.clock() + options_.first_retry;
+        thread_ = std::thread([this, failing = failure != nullptr, next_attempt] {
+            run(failing, next_attempt);
+        });
         return failure;
     }
 
@@ -933,6 +961,13 @@ public:
         ::eventfd_write(counts_changed_.get(), 1);
     }
 
+    bool settle(std::chrono::milliseconds limit) {
+        std::unique_lock lock(settle_mutex_);
+        const auto target = ++settles_asked_;
+        ::eventfd_write(settle_.get(), 1);
+        return settled_cv_.wait_for(lock, limit, [&] { return settled_through_ >= target; });
+    }
+
     void stop() noexcept {
         if (thread_.joinable()) {
             // The counter stays non-zero, so every later wait of the thread ends at once.
@@ -946,11 +981,10 @@ public:
 private:
     using Clock = std::chrono::steady_clock;
 
-    void run(bool failing) noexcept {
+    void run(bool failing, Clock::time_point next_attempt) noexcept {
         // A name to find the thread by in `top -H`, gdb and the tests (15 characters at most).
         pthread_setname_np(pthread_self(), "reaper-lease");
         auto retry = options_.first_retry;
-        auto next_attempt = Clock::now() + retry;
         for (;;) {
             if (lease_) {
                 if (!hold()) return;
@@ -962,7 +996,7 @@ private:
                 failing = false;
                 plain_only_ = false;  // the daemon may have been upgraded meanwhile
                 retry = options_.first_retry;
-                next_attempt = Clock::now() + retry;
+                next_attempt = options_.clock() + retry;
                 continue;
             }
             if (!sleep_until(next_attempt)) return;
@@ -979,7 +1013,7 @@ private:
                 if (!failing) notify(LeaseEvent::Failing, std::current_exception());
                 failing = true;
                 retry = std::min(retry * 2, options_.max_retry);
-                next_attempt = Clock::now() + retry;
+                next_attempt = options_.clock() + retry;
             }
         }
     }
@@ -999,7 +1033,7 @@ private:
             try {
                 auto lease = take_lease(path_, timeout_, lease_request(session_, true, counts), cancel_fd);
                 sent_ = counts;
-                last_sent_ = Clock::now();
+                last_sent_ = options_.clock();
                 return lease;
             } catch (const ErrorReply& e) {
                 if (e.reply().error.find("unexpected field \"proxy\"") == std::string::npos) throw;
@@ -1014,7 +1048,7 @@ private:
         try {
             lease_->update(counts, timeout, wake_.get());
             sent_ = counts;
-            last_sent_ = Clock::now();
+            last_sent_ = options_.clock();
             return true;
         } catch (...) {
             // Refused (the daemon closed the lease), unreachable, timed out or cancelled.
@@ -1031,7 +1065,7 @@ private:
             if (sends_counts()) {
                 const auto counts = reported();
                 if (counts != sent_) {
-                    const auto now = Clock::now();
+                    const auto now = options_.clock();
                     const auto due = last_sent_ + options_.update_interval;
                     if (now >= due) {
                         if (!send(counts, timeout_)) return !stopping();
@@ -1041,9 +1075,11 @@ private:
                         std::chrono::ceil<std::chrono::milliseconds>(due - now).count());
                 }
             }
-            std::array<pollfd, 3> fds{{{lease_->native_handle(), POLLIN, 0},
+            std::array<pollfd, 4> fds{{{lease_->native_handle(), POLLIN, 0},
                                        {wake_.get(), POLLIN, 0},
-                                       {counts_changed_.get(), POLLIN, 0}}};
+                                       {counts_changed_.get(), POLLIN, 0},
+                                       {settle_.get(), POLLIN, 0}}};
+            settled();
             if (::poll(fds.data(), fds.size(), timeout_ms) < 0) continue;  // EINTR
             if (fds[1].revents != 0) {
                 if (sends_counts() && reported() != sent_) send(reported(), cancel_grace);
@@ -1053,6 +1089,7 @@ private:
                 eventfd_t drained;
                 ::eventfd_read(counts_changed_.get(), &drained);
             }
+            if (fds[3].revents != 0) settle_asked();
             if (fds[0].revents != 0 && !lease_->alive()) return true;
         }
     }
@@ -1062,15 +1099,37 @@ private:
         return ::poll(&wake, 1, 0) > 0;
     }
 
-    // Sleeps until `when` (true) or until stop() is called (false).
-    bool sleep_until(Clock::time_point when) const {
+    // Sleeps until `when` on options.clock (true) or until stop() is called (false).
+    bool sleep_until(Clock::time_point when) {
         for (;;) {
-            const auto left = std::chrono::ceil<std::chrono::milliseconds>(when - Clock::now()).count();
-            pollfd wake{wake_.get(), POLLIN, 0};
-            const int ready = ::poll(&wake, 1, static_cast<int>(std::max<long long>(0, left)));
-            if (ready > 0) return false;
-            if (ready == 0 && Clock::now() >= when) return true;
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(when - options_.clock()).count();
+            std::array<pollfd, 2> fds{{{wake_.get(), POLLIN, 0}, {settle_.get(), POLLIN, 0}}};
+            if (left > 0) settled();
+            const int timeout_ms = static_cast<int>(std::max<long long>(0, left));
+            if (::poll(fds.data(), fds.size(), timeout_ms) < 0) continue;  // EINTR
+            if (fds[0].revents != 0) return false;
+            if (fds[1].revents != 0) {
+                settle_asked();
+                continue;
+            }
+            if (options_.clock() >= when) return true;
         }
+    }
+
+    // A settle() woke the thread: what is due at the clock's time from now on answers it.
+    void settle_asked() {
+        eventfd_t drained;
+        ::eventfd_read(settle_.get(), &drained);
+        std::lock_guard lock(settle_mutex_);
+        settles_answering_ = settles_asked_;
+    }
+
+    // About to wait: everything due is done, so the settle() calls seen so far return.
+    void settled() {
+        std::lock_guard lock(settle_mutex_);
+        if (settled_through_ == settles_answering_) return;
+        settled_through_ = settles_answering_;
+        settled_cv_.notify_all();
     }
 
     void notify(LeaseEvent event, const std::exception_ptr& error) const noexcept {
@@ -1088,10 +1147,16 @@ private:
     const LeaseKeeperOptions options_;
     UniqueFd wake_;            // written once by stop(); the thread polls it in every wait
     UniqueFd counts_changed_;  // written by report() when the counts change
+    UniqueFd settle_;          // written by settle()
     mutable std::mutex mutex_;
     std::unique_ptr<SocketLease> lease_;
     mutable std::mutex counts_mutex_;
     LabelledCounts counts_;  // the latest reported; guarded by counts_mutex_
+    std::mutex settle_mutex_;  // guards the three settle counts
+    std::condition_variable settled_cv_;
+    std::uint64_t settles_asked_ = 0;      // settle() calls so far
+    std::uint64_t settles_answering_ = 0;  // those the thread has seen
+    std::uint64_t settled_through_ = 0;    // those answered
     // The thread's own (start() writes them before the thread exists):
     LabelledCounts sent_;    // what the daemon last acknowledged
     Clock::time_point last_sent_{};
@@ -1115,5 +1180,7 @@ bool LeaseKeeper::holds() const { return worker_->holds(); }
 void LeaseKeeper::report_labelled(const LabelledCounts& labelled) { worker_->report(labelled); }
 
 void LeaseKeeper::stop() noexcept { worker_->stop(); }
+
+bool LeaseKeeper::settle(std::chrono::milliseconds limit) { return worker_->settle(limit); }
 
 }  // namespace reaper::control

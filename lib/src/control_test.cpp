@@ -22,7 +22,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,11 +78,6 @@ public:
         std::lock_guard lock(mutex_);
         return requests_;
     }
-    // When each request line arrived.
-    std::vector<Clock::time_point> request_times() {
-        std::lock_guard lock(mutex_);
-        return request_times_;
-    }
     // Closes every connection kept open (leases).
     void drop_all() {
         std::lock_guard lock(mutex_);
@@ -102,7 +96,6 @@ private:
             const auto reply = respond_(line);
             std::lock_guard lock(mutex_);
             requests_.push_back(line);
-            request_times_.push_back(Clock::now());
             held_.push_back(fd);
             if (!reply.empty()) ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
         }
@@ -116,7 +109,6 @@ private:
     std::thread thread_;
     std::mutex mutex_;
     std::vector<std::string> requests_;
-    std::vector<Clock::time_point> request_times_;
     std::vector<int> held_;
 };
 
@@ -519,6 +511,24 @@ BOOST_AUTO_TEST_CASE(lease_lives_until_released_or_dropped) {
     BOOST_CHECK_THROW(control::ControlClient(refusing.path()).lease("s"), control::ErrorReply);
 }
 
+// A LeaseKeeper's thread and its owner ask at once, both woken by the daemon closing: every
+// asker sees the lease gone, none is told it lives because another was looking.
+BOOST_AUTO_TEST_CASE(a_dropped_lease_is_dead_to_every_thread_asking_at_once) {
+    ScriptedDaemon daemon([](const std::string&) { return control::encode_ok(); });
+    auto lease = control::ControlClient(daemon.path()).lease("s");
+    daemon.drop_all();
+    BOOST_REQUIRE(eventually([&] { return !lease->alive(); }));
+    std::atomic<int> told_alive{0};
+    std::vector<std::thread> askers;
+    for (int t = 0; t < 4; ++t)
+        askers.emplace_back([&] {
+            for (int i = 0; i < 20000; ++i)
+                if (lease->alive()) ++told_alive;
+        });
+    for (auto& asker : askers) asker.join();
+    BOOST_TEST(told_alive.load() == 0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- LeaseKeeper ----------------------------------------------------------------------------
@@ -530,6 +540,24 @@ std::string ok_reply(const std::string&) { return control::encode_ok(); }
 long long ms_since(Clock::time_point start) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
+
+// The keeper's clock in these tests: it moves only when the test moves it (then
+// LeaseKeeper::settle()), so a wait between attempts or an update interval comes due exactly
+// when the test says, however loaded the machine, and is skipped rather than slept through.
+class ManualClock {
+public:
+    Clock::time_point now() const { return start_ + Clock::duration{moved_.load()}; }
+    void move(Clock::duration by) { moved_ += by.count(); }
+    // `options` with this clock.
+    control::LeaseKeeperOptions drives(control::LeaseKeeperOptions options) const {
+        options.clock = [this] { return now(); };
+        return options;
+    }
+
+private:
+    const Clock::time_point start_ = Clock::now();
+    std::atomic<Clock::duration::rep> moved_{0};
+};
 
 // The observer's calls, in order (they come from the keeper's thread).
 struct Events {
@@ -577,21 +605,28 @@ BOOST_AUTO_TEST_CASE(takes_the_lease_when_the_daemon_appears) {
     const auto dir = make_temp_dir();
     const auto path = dir + "/control.sock";
     Events events;
-    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "late", events.options());
+    ManualClock clock;
+    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "late", clock.drives(events.options()));
     BOOST_TEST(!keeper.holds());
     const auto failure = keeper.start();
     BOOST_REQUIRE(failure);
     BOOST_CHECK_THROW(std::rethrow_exception(failure), control::DaemonUnreachable);
     BOOST_CHECK_THROW(keeper.start(), std::logic_error);
     BOOST_TEST(!keeper.holds());
-    std::this_thread::sleep_for(400ms);  // real time: the keeper's retries at 100 and 300 ms fail, unseen
+    for (auto wait : {100ms, 200ms}) {  // the retries at 100 and 300 ms fail, unseen
+        clock.move(wait);
+        BOOST_REQUIRE(keeper.settle());
+    }
+    BOOST_TEST(!keeper.holds());
+    BOOST_TEST(events.list().empty());
     {
         ScriptedDaemon daemon(ok_reply, path);
-        const auto appeared = Clock::now();
-        BOOST_TEST(eventually([&] { return keeper.holds(); }));
-        const auto took_ms = ms_since(appeared);
-        BOOST_TEST_MESSAGE("lease taken " << took_ms << " ms after the daemon appeared");
-        BOOST_TEST(took_ms < 2000);  // the next attempt is at most max_retry (1 s) away
+        clock.move(399ms);
+        BOOST_REQUIRE(keeper.settle());
+        BOOST_TEST(!keeper.holds());
+        clock.move(1ms);  // the next attempt, 400 ms after the last, finds it
+        BOOST_REQUIRE(keeper.settle());
+        BOOST_TEST(keeper.holds());
         BOOST_TEST(events.list() == std::vector<std::string>{"taken"});
         BOOST_TEST(daemon.requests() == std::vector<std::string>{R"({"op":"lease","session":"late"})"});
         keeper.stop();
@@ -605,24 +640,33 @@ BOOST_AUTO_TEST_CASE(takes_the_lease_again_after_the_daemon_restarts) {
     const auto dir = make_temp_dir();
     const auto path = dir + "/control.sock";
     Events events;
+    ManualClock clock;
     auto daemon = std::make_unique<ScriptedDaemon>(ok_reply, path);
-    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "back", events.options());
+    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "back", clock.drives(events.options()));
     BOOST_CHECK(!keeper.start());
     BOOST_TEST(keeper.holds());
     daemon.reset();  // stops: its connections close, its socket goes
     BOOST_TEST(!keeper.holds());  // at once: the connection is polled, not a flag
-    std::this_thread::sleep_for(400ms);  // real time: the keeper's retries at 100 and 300 ms fail
+    BOOST_REQUIRE(keeper.settle());  // the keeper's thread has seen the loss too
+    for (auto wait : {100ms, 200ms}) {  // the retries at 100 and 300 ms fail
+        clock.move(wait);
+        BOOST_REQUIRE(keeper.settle());
+    }
     BOOST_TEST(!keeper.holds());
     daemon = std::make_unique<ScriptedDaemon>(ok_reply, path);
-    const auto restarted = Clock::now();
-    BOOST_TEST(eventually([&] { return keeper.holds(); }));
-    BOOST_TEST_MESSAGE("lease taken again " << ms_since(restarted) << " ms after the restart");
+    clock.move(400ms);
+    BOOST_REQUIRE(keeper.settle());
+    BOOST_TEST(keeper.holds());
     // One failure reported for the whole run of failed attempts.
     BOOST_TEST(events.list() == (std::vector<std::string>{"lost", "failing (error)", "taken"}));
     BOOST_TEST(daemon->requests().size() == 1u);
 
     daemon->drop_all();  // the daemon closes the lease while it keeps running
-    BOOST_TEST(eventually([&] { return daemon->requests().size() == 2u && keeper.holds(); }));
+    BOOST_REQUIRE(keeper.settle());
+    clock.move(100ms);
+    BOOST_REQUIRE(keeper.settle());
+    BOOST_TEST(daemon->requests().size() == 2u);
+    BOOST_TEST(keeper.holds());
     // The first retry, 100 ms later, found the daemon: no failure in between.
     BOOST_TEST(events.list() ==
                (std::vector<std::string>{"lost", "failing (error)", "taken", "lost", "taken"}));
@@ -634,22 +678,18 @@ BOOST_AUTO_TEST_CASE(takes_the_lease_again_after_the_daemon_restarts) {
 // Reconnection waits: 100 ms after a failure, doubling, capped at 1 s.
 BOOST_AUTO_TEST_CASE(retries_quickly_then_once_a_second) {
     ScriptedDaemon refusing([](const std::string&) { return control::encode_error("busy"); });
-    control::LeaseKeeper keeper(control::ControlClient(refusing.path(), 2s), "refused");
+    ManualClock clock;
+    control::LeaseKeeper keeper(control::ControlClient(refusing.path(), 2s), "refused", clock.drives({}));
     BOOST_CHECK_THROW(std::rethrow_exception(keeper.start()), control::ErrorReply);
-    BOOST_REQUIRE(eventually([&] { return refusing.request_times().size() >= 6; }));
-    keeper.stop();
-    const auto times = refusing.request_times();
-    std::vector<long long> gaps_ms;
-    for (std::size_t i = 1; i < 6; ++i)
-        gaps_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(times[i] - times[i - 1]).count());
-    std::ostringstream shown;
-    for (auto gap : gaps_ms) shown << gap << " ";
-    BOOST_TEST_MESSAGE("waits between attempts (ms; expected 100 200 400 800 1000): " << shown.str());
-    BOOST_TEST(gaps_ms[0] >= 100);
-    BOOST_TEST(gaps_ms[0] < 300);  // the first retry comes quickly
-    BOOST_TEST(gaps_ms[2] >= 400);  // then backs off
-    BOOST_TEST(gaps_ms[4] >= 1000);
-    for (auto gap : gaps_ms) BOOST_TEST(gap < 1300);  // and never waits much over 1 s
+    for (auto wait : {100ms, 200ms, 400ms, 800ms, 1000ms, 1000ms}) {
+        const auto attempts = refusing.requests().size();
+        clock.move(wait - 1ms);
+        BOOST_REQUIRE(keeper.settle());
+        BOOST_TEST(refusing.requests().size() == attempts, "an attempt before " << wait.count() << " ms");
+        clock.move(1ms);
+        BOOST_REQUIRE(keeper.settle());
+        BOOST_TEST(refusing.requests().size() == attempts + 1, "no attempt after " << wait.count() << " ms");
+    }
 }
 
 // stop() ends the thread whatever it is doing: within milliseconds while holding the lease or
@@ -669,7 +709,7 @@ BOOST_AUTO_TEST_CASE(stops_within_milliseconds_in_every_state) {
     const auto dir = make_temp_dir();
     control::LeaseKeeper retrying(control::ControlClient(dir + "/none.sock", 30s), "retrying");
     BOOST_CHECK(retrying.start());
-    std::this_thread::sleep_for(150ms);  // real time: into the keeper's wait between retries
+    BOOST_REQUIRE(retrying.settle());  // the keeper waits between retries
     const auto retrying_ms = timed_stop_ms(retrying);
 
     std::atomic<int> answered{0};
@@ -695,10 +735,11 @@ BOOST_AUTO_TEST_CASE(stops_within_milliseconds_in_every_state) {
 BOOST_AUTO_TEST_CASE(a_reply_on_its_way_when_stopping_is_still_read) {
     std::atomic<int> requests{0};
     std::atomic<bool> replying_slowly{false};
+    std::atomic<bool> stopping{false};
     ScriptedDaemon slow([&](const std::string&) {
         if (requests++ > 0) {
             replying_slowly = true;
-            std::this_thread::sleep_for(20ms);  // real time: a reply still on its way at stop()
+            eventually([&] { return stopping.load(); });  // the reply waits for stop()
         }
         return control::encode_ok();
     });
@@ -708,6 +749,8 @@ BOOST_AUTO_TEST_CASE(a_reply_on_its_way_when_stopping_is_still_read) {
     slow.drop_all();
     BOOST_REQUIRE(eventually([&] { return replying_slowly.load(); }));
     const auto start = Clock::now();
+    // The reply leaves a poll (2 ms) after this, into stop()'s 50 ms grace.
+    stopping = true;
     keeper.stop();
     const auto stop_ms = ms_since(start);
     BOOST_TEST_MESSAGE("stop() took " << stop_ms << " ms, the reply came within it");
@@ -775,7 +818,9 @@ control::LeaseKeeperOptions proxy_options(std::chrono::milliseconds interval) {
 
 BOOST_AUTO_TEST_CASE(a_proxys_counts_reach_the_daemon_at_most_once_per_interval_and_at_stop) {
     FakeControlServer daemon;
-    control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "own", proxy_options(300ms));
+    ManualClock clock;
+    control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "own",
+                                clock.drives(proxy_options(300ms)));
     keeper.report_labelled({1, 0, 0});  // before start(): the lease request carries it
     BOOST_CHECK(!keeper.start());
     auto requests = daemon.requests();
@@ -783,25 +828,26 @@ BOOST_AUTO_TEST_CASE(a_proxys_counts_reach_the_daemon_at_most_once_per_interval_
     BOOST_TEST(requests[0].proxy);
     BOOST_TEST((requests[0].labelled == control::LabelledCounts{1, 0, 0}));
 
-    // A burst of creates: one update, with the latest counts, once the interval has passed.
+    // A burst of creates over 200 ms: one update, with the latest counts, once the 300 ms
+    // since the lease have passed, and not before.
     bool held_throughout = true;
     for (std::uint64_t n = 2; n <= 21; ++n) {
         keeper.report_labelled({n, 0, 0});
         held_throughout = held_throughout && keeper.holds();
-        std::this_thread::sleep_for(10ms);  // real time: a burst spread over 200 ms of the 300 ms interval
+        clock.move(10ms);
+        BOOST_REQUIRE(keeper.settle());
     }
-    BOOST_REQUIRE(eventually([&] {
-        auto updates = of_op(daemon.requests(), control::Op::Update);
-        return !updates.empty() && updates.back().labelled.containers == 21;
-    }));
-    std::this_thread::sleep_for(400ms);  // real time: over an interval, nothing changed, nothing more sent
-    const auto updates = of_op(daemon.requests(), control::Op::Update);
-    const auto times = daemon.request_times();
-    BOOST_TEST(updates.size() == 1u);
-    const auto first_update_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(times[1] - times[0]).count();
-    BOOST_TEST_MESSAGE("the burst's update came " << first_update_ms << " ms after the lease (interval 300 ms)");
-    BOOST_TEST(first_update_ms >= 290);
+    clock.move(99ms);
+    BOOST_REQUIRE(keeper.settle());
+    BOOST_TEST(of_op(daemon.requests(), control::Op::Update).empty());
+    clock.move(1ms);
+    BOOST_REQUIRE(keeper.settle());
+    auto updates = of_op(daemon.requests(), control::Op::Update);
+    BOOST_REQUIRE(updates.size() == 1u);
+    BOOST_TEST(updates[0].labelled.containers == 21u);
+    clock.move(400ms);  // over an interval, nothing changed, nothing more sent
+    BOOST_REQUIRE(keeper.settle());
+    BOOST_TEST(of_op(daemon.requests(), control::Op::Update).size() == 1u);
     BOOST_TEST(held_throughout);
     BOOST_TEST(keeper.holds());
 
@@ -820,16 +866,22 @@ BOOST_AUTO_TEST_CASE(a_proxy_lease_taken_again_carries_the_latest_counts) {
     const auto dir = make_temp_dir();
     const auto path = dir + "/control.sock";
     auto daemon = std::make_unique<FakeControlServer>(path);
-    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "again", proxy_options(50ms));
+    ManualClock clock;
+    control::LeaseKeeper keeper(control::ControlClient(path, 2s), "again", clock.drives(proxy_options(50ms)));
     BOOST_CHECK(!keeper.start());
     keeper.report_labelled({2, 0, 0});
-    BOOST_REQUIRE(eventually(
-        [&] { return of_op(daemon->requests(), control::Op::Update).size() == 1; }));
+    clock.move(50ms);
+    BOOST_REQUIRE(keeper.settle());
+    BOOST_REQUIRE(of_op(daemon->requests(), control::Op::Update).size() == 1u);
     daemon.reset();  // reaperd stops; the proxy labels more meanwhile
     keeper.report_labelled({3, 1, 0});
+    BOOST_REQUIRE(keeper.settle());  // the keeper's thread has seen the loss
     daemon = std::make_unique<FakeControlServer>(path);
-    BOOST_REQUIRE(eventually([&] { return keeper.holds(); }));
-    std::this_thread::sleep_for(200ms);  // real time: four update intervals, and no update
+    clock.move(100ms);
+    BOOST_REQUIRE(keeper.settle());
+    BOOST_REQUIRE(keeper.holds());
+    clock.move(200ms);  // four update intervals, and no update
+    BOOST_REQUIRE(keeper.settle());
     const auto requests = daemon->requests();
     BOOST_REQUIRE(requests.size() == 1u);  // the lease says it all: no update needed
     BOOST_TEST(requests[0].proxy);
@@ -843,13 +895,15 @@ BOOST_AUTO_TEST_CASE(an_older_daemon_gets_a_plain_lease_and_no_counts) {
     FakeControlServer daemon;
     daemon.refuse_proxies();
     Events events;
-    auto options = proxy_options(20ms);
+    ManualClock clock;
+    auto options = clock.drives(proxy_options(20ms));
     options.observer = events.options().observer;
     control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "old", options);
     BOOST_CHECK(!keeper.start());  // no failure: the lease is held
     BOOST_TEST(keeper.holds());
     keeper.report_labelled({5, 0, 0});
-    std::this_thread::sleep_for(200ms);  // real time: ten update intervals, and no update
+    clock.move(200ms);  // ten update intervals, and no update
+    BOOST_REQUIRE(keeper.settle());
     const auto requests = daemon.requests();
     BOOST_REQUIRE(requests.size() == 2u);
     BOOST_TEST(requests[0].proxy);   // refused: "unexpected field"
@@ -862,10 +916,11 @@ BOOST_AUTO_TEST_CASE(an_older_daemon_gets_a_plain_lease_and_no_counts) {
 
 BOOST_AUTO_TEST_CASE(without_proxy_counts_are_ignored) {
     FakeControlServer daemon;
-    control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "plain");
+    ManualClock clock;
+    control::LeaseKeeper keeper(control::ControlClient(daemon.socket_path(), 2s), "plain", clock.drives({}));
     BOOST_CHECK(!keeper.start());
     keeper.report_labelled({5, 0, 0});
-    std::this_thread::sleep_for(100ms);  // real time: an update would have gone by now
+    clock.move(1s);  // an update interval: with a proxy, an update would have gone
     keeper.stop();
     const auto requests = daemon.requests();
     BOOST_REQUIRE(requests.size() == 1u);

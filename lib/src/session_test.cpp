@@ -172,7 +172,9 @@ BOOST_FIXTURE_TEST_CASE(waits_for_health_and_probe, Fixture) {
     o.readiness_probe = {"test", "-e", "/ready"};
     Session session(o);
     std::thread healer([this] {
-        std::this_thread::sleep_for(50ms);  // real time: the session waits for health meanwhile
+        // Healthy once the session waits for it: a second look means the first, "starting",
+        // was answered.
+        eventually([this] { return fake.calls("inspect") >= 2; });
         fake.update_containers([](ContainerInfo& c) { c.state.health_status = "healthy"; });
     });
     session.create(spec());

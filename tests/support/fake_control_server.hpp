@@ -12,7 +12,6 @@
 #include "unique_fd.hpp"
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -55,11 +54,6 @@ public:
     std::vector<control::Request> requests() {
         std::lock_guard lock(mutex_);
         return requests_;
-    }
-    // When each request came, in the order of requests().
-    std::vector<std::chrono::steady_clock::time_point> request_times() {
-        std::lock_guard lock(mutex_);
-        return request_times_;
     }
     void refuse_proxies() { refuse_proxies_ = true; }
     // Leases whose connection is still open, by session.
@@ -111,7 +105,6 @@ private:
                     auto request = control::parse_request(line);
                     std::lock_guard lock(mutex_);
                     requests_.push_back(request);
-                    request_times_.push_back(std::chrono::steady_clock::now());
                     if (request.op == control::Op::Lease && request.proxy && refuse_proxies_) {
                         reply = control::encode_error("unexpected field \"proxy\" for op \"lease\"");
                         close = true;
@@ -147,7 +140,6 @@ private:
     std::vector<std::thread> connections_;  // only touched by the acceptor and the destructor
     std::mutex mutex_;
     std::vector<control::Request> requests_;
-    std::vector<std::chrono::steady_clock::time_point> request_times_;
     std::map<std::string, int> live_leases_;
     std::atomic<bool> refuse_proxies_{false};
 };

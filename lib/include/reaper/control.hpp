@@ -271,6 +271,12 @@ struct LeaseKeeperOptions {
     // old to know proxies gets a plain lease and no counts.
     bool proxy = false;
     std::chrono::milliseconds update_interval{1000};
+    // The keeper's only source of `now`: the waits between attempts and the update interval
+    // are decided against it. A test passes a clock it moves forward itself, then calls
+    // LeaseKeeper::settle(), instead of sleeping through a wait. The wait for a daemon's reply
+    // (ControlClient's timeout) and stop()'s grace stay on real time. Called in start() and
+    // on the keeper's thread.
+    std::function<std::chrono::steady_clock::time_point()> clock = &std::chrono::steady_clock::now;
 };
 
 // Keeps a lease on one session for as long as the keeper lives: reaperd closes every lease
@@ -320,6 +326,12 @@ public:
     void report_labelled(const LabelledCounts& labelled);
     // Stops the thread and releases the lease. Idempotent, never throws.
     void stop() noexcept;
+    // For tests that drive options.clock: wakes the keeper's thread and waits until it has
+    // done what is due at the clock's time (an attempt, counts to send) and noticed a close
+    // of the lease's connection that came before this call, and is waiting again. Returns
+    // false if that did not happen within `limit` (real time), e.g. before start() or after
+    // stop(). Thread-safe; changes nothing the thread would not have done on its own wake-up.
+    bool settle(std::chrono::milliseconds limit = std::chrono::seconds{30});
 
     const std::string& session() const noexcept { return session_; }
 
