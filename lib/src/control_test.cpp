@@ -724,9 +724,12 @@ BOOST_AUTO_TEST_CASE(stops_within_milliseconds_in_every_state) {
 
     BOOST_TEST_MESSAGE("stop() took " << holding_ms << " ms holding, " << retrying_ms
                                       << " ms between attempts, " << waiting_ms << " ms waiting for a reply");
-    BOOST_TEST(holding_ms < 100);
-    BOOST_TEST(retrying_ms < 100);
-    BOOST_TEST(waiting_ms < 100);
+    // What this guards against is a stop() that waits out the 30 s reply timeout. The bound
+    // is not the 50 ms grace itself: with the test pinned to a core beside a busy loop, the
+    // waiting stop took 189 and 232 ms (scheduling delay), against 50-60 ms on an idle machine.
+    BOOST_TEST(holding_ms < 1000);
+    BOOST_TEST(retrying_ms < 1000);
+    BOOST_TEST(waiting_ms < 1000);
     std::filesystem::remove_all(dir);
 }
 
