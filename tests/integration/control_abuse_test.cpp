@@ -116,11 +116,13 @@ BOOST_AUTO_TEST_CASE(clients_that_never_read_cannot_take_memory_or_starve_others
     // grows with it: RSS grew 442 MB here with the bound in force, so it says nothing about
     // the bound. The normal build checks it; this build checks the rest.
     BOOST_TEST_MESSAGE("ASan build: RSS bound not checked (grew " << growth_kib << " KiB)");
-    constexpr long long slowest_allowed_ms = 1000;
 #else
     BOOST_TEST(growth_kib <= 8 * 1024, "RSS grew " << growth_kib << " KiB");
-    constexpr long long slowest_allowed_ms = 100;
 #endif
+    // Starved, a status would wait behind the abusers' unread replies until its timeout; served
+    // in turn it takes milliseconds: 13 ms at a load of 9 on 2 cores here, 440 ms once at a load
+    // of 12 on 2 cores (other test runs and builds beside it), so 1 s tells the two apart.
+    constexpr long long slowest_allowed_ms = 1000;
     BOOST_TEST(failures == 0u);
     BOOST_TEST(slowest_ms <= slowest_allowed_ms, "slowest status " << slowest_ms << " ms");
     BOOST_TEST(daemon.running());
