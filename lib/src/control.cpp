@@ -410,8 +410,9 @@ private:
 
 class SocketLease final : public Lease {
 public:
-    SocketLease(Poco::Net::StreamSocket socket, std::string path)
-        : socket_(std::move(socket)), fd_(socket_.impl()->sockfd()), path_(std::move(path)) {}
+    SocketLease(Poco::Net::StreamSocket socket, std::string path, Reply reply)
+        : socket_(std::move(socket)), fd_(socket_.impl()->sockfd()), path_(std::move(path)),
+          reply_(std::move(reply)) {}
     ~SocketLease() override { release(); }
 
     void release() noexcept override {
@@ -445,6 +446,9 @@ public:
     }
 
     int native_handle() const noexcept override { return released_ ? -1 : fd_; }
+
+    // The daemon's answer to the lease request.
+    const Reply& reply() const noexcept { return reply_; }
 
     void update(const LabelledCounts& labelled, std::chrono::milliseconds timeout) override {
         update(labelled, timeout, -1);
@@ -526,6 +530,7 @@ private:
     Poco::Net::StreamSocket socket_;
     const int fd_;
     const std::string path_;
+    const Reply reply_;
     std::atomic<bool> released_{false};  // written under mutex_
 };
 
@@ -536,8 +541,8 @@ std::unique_ptr<SocketLease> take_lease(const std::string& path, std::chrono::mi
                                         const Request& request, int cancel_fd) {
     encode_request(request);  // an invalid session id fails before connecting
     Connection connection(path, timeout);
-    connection.exchange(request, cancel_fd);
-    return std::make_unique<SocketLease>(connection.socket(), path);
+    auto reply = connection.exchange(request, cancel_fd);
+    return std::make_unique<SocketLease>(connection.socket(), path, std::move(reply));
 }
 
 Request lease_request(const std::string& session, bool proxy, const LabelledCounts& labelled) {
@@ -734,6 +739,8 @@ std::string encode_reply(const Reply& reply) {
     flag("dry_run", reply.dry_run);
     counts("reaps_queued", reply.reaps_queued);
     counts("remaining", reply.remaining);
+    if (reply.log_max_size) object.set("log_max_size", static_cast<Poco::UInt64>(*reply.log_max_size));
+    flag("log_rotate_at_create", reply.log_rotate_at_create);
     return one_line(stringify(object));
 }
 
@@ -789,11 +796,13 @@ Reply parse_reply(std::string_view line) {
                                     std::pair{"known", &Reply::known},
                                     std::pair{"already_ended", &Reply::already_ended},
                                     std::pair{"ready", &Reply::ready},
-                                    std::pair{"dry_run", &Reply::dry_run}}) {
+                                    std::pair{"dry_run", &Reply::dry_run},
+                                    std::pair{"log_rotate_at_create", &Reply::log_rotate_at_create}}) {
             if (object->has(name)) reply.*member = bool_field(*object, name);
         }
         if (object->has("reaps_queued")) reply.reaps_queued = kind_counts_field(*object, "reaps_queued");
         if (object->has("remaining")) reply.remaining = kind_counts_field(*object, "remaining");
+        if (object->has("log_max_size")) reply.log_max_size = count_field(*object, "log_max_size");
     } catch (const ProtocolViolation& e) {
         throw reply_field(e);
     }
@@ -908,6 +917,7 @@ public:
         try {
             auto lease = take(-1);
             std::lock_guard lock(mutex_);
+            last_reply_ = lease->reply();
             lease_ = std::move(lease);
         } catch (const ControlError&) {
             failure = std::current_exception();
@@ -921,6 +931,11 @@ public:
     bool holds() const {
         std::lock_guard lock(mutex_);
         return lease_ && lease_->alive();
+    }
+
+    std::optional<Reply> lease_reply() const {
+        std::lock_guard lock(mutex_);
+        return last_reply_;
     }
 
     void report(const LabelledCounts& labelled) {
@@ -970,6 +985,7 @@ private:
                 auto lease = take(wake_.get());
                 {
                     std::lock_guard lock(mutex_);
+                    last_reply_ = lease->reply();
                     lease_ = std::move(lease);
                 }
                 notify(LeaseEvent::Taken, nullptr);
@@ -1090,6 +1106,7 @@ private:
     UniqueFd counts_changed_;  // written by report() when the counts change
     mutable std::mutex mutex_;
     std::unique_ptr<SocketLease> lease_;
+    std::optional<Reply> last_reply_;  // of the last lease taken; under mutex_
     mutable std::mutex counts_mutex_;
     LabelledCounts counts_;  // the latest reported; guarded by counts_mutex_
     // The thread's own (start() writes them before the thread exists):
@@ -1115,5 +1132,7 @@ bool LeaseKeeper::holds() const { return worker_->holds(); }
 void LeaseKeeper::report_labelled(const LabelledCounts& labelled) { worker_->report(labelled); }
 
 void LeaseKeeper::stop() noexcept { worker_->stop(); }
+
+std::optional<Reply> LeaseKeeper::lease_reply() const { return worker_->lease_reply(); }
 
 }  // namespace reaper::control
