@@ -4,6 +4,7 @@
 // status (128+N when the tool was killed by signal N), 126/127 when the tool cannot be started.
 #include "reaper/units.hpp"  // parse_duration, format_duration: the one duration grammar
 #include "reaper/control.hpp"
+#include "reaper/log_rotation.hpp"
 #include "reaper/proxy.hpp"
 #include "reaperctl_format.hpp"
 #include "errno_text.hpp"
@@ -232,6 +233,15 @@ public:
             const auto stats = proxy_->stats();
             keeper.report_labelled({stats.containers, stats.networks, stats.volumes});
         };
+        // reaperd's lease reply says its cap and whether it wants rotation at creation; before
+        // any reply (reaperd unreachable) and from a reaperd older than those fields, its
+        // default cap.
+        options.log_rotation_cap = [&keeper]() -> std::uint64_t {
+            const auto reply = keeper.lease_reply();
+            if (!reply) return reaper::default_log_cap_bytes;
+            if (!reply->log_rotate_at_create.value_or(true)) return 0;
+            return reply->log_max_size.value_or(reaper::default_log_cap_bytes);
+        };
         try {
             proxy_.emplace(std::move(options));
             proxy_->start();
@@ -259,6 +269,7 @@ public:
         std::string line = "labelled " + count(stats.containers, "container") + ", " +
                            count(stats.networks, "network") + ", " + count(stats.volumes, "volume") +
                            " with reaperd.session=" + proxy_->options().session;
+        if (stats.rotated > 0) line += "; set log rotation on " + count(stats.rotated, "container");
         if (stats.refused > 0) line += "; refused " + count(stats.refused, "request");
         warn(line);
     }
