@@ -49,4 +49,15 @@ std::uint64_t log_cap_for(const Labels& labels, std::uint64_t default_cap_bytes)
 // 23+) alike. A suffix would round: "1m" is 10^6 bytes whatever a MiB cap meant.
 std::map<std::string, std::string> rotation_options(std::uint64_t cap_bytes);
 
+// The most a container's log can hold by the engine's own rotation, from its driver and log
+// options (inspect's HostConfig.LogConfig): max-size (as Docker reads it, parse_docker_size)
+// times max-file (default 1 for json-file; for local, moby's defaults 20 MiB and 5 files
+// stand in for what is unset, since that driver always rotates). The engine checks before each
+// write, so each file can pass max-size by at most the one entry that crossed it. nullopt when
+// the engine does not bound the log (json-file without max-size, other drivers) or an option
+// does not parse. For reaperd's capper: a log whose bound is within its cap is the engine's to
+// keep, and a cut from outside would only break its readers.
+std::optional<std::uint64_t> engine_rotation_bound(std::string_view driver,
+                                                   const std::map<std::string, std::string>& options);
+
 }  // namespace reaper
