@@ -5,6 +5,9 @@
 // is rotated by the engine, and a `docker logs -f` started at its creation (the engine's own
 // CLI) goes on receiving lines. Run on each engine: default (20.10), REAPER_TEST_ENGINE=
 // docker-trixie (26.1) and docker-sid (28.5).
+// The "no cut" half needs reaperd's log capper to leave a log alone when the engine's own
+// rotation bounds it within its cap (reaper::engine_rotation_bound <= cap): without that, the
+// capper's mark for a runaway (half the cap) cuts the rotated log, and the follower stalls.
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
 
