@@ -798,6 +798,17 @@ void insert_members(std::string& text, std::size_t open, const std::string& memb
     text.insert(open + 1, members + (empty ? "" : ","));
 }
 
+// Gives `name` the JSON `value` in the object whose '{' is at text[open]: in place of the null
+// value of `member` when there is one, else as a new first member.
+void put_member(std::string& text, std::size_t open, const std::optional<Member>& member, std::string_view name,
+                const std::string& value) {
+    if (member) {
+        text.replace(member->value_begin, member->value_end - member->value_begin, value);
+    } else {
+        insert_members(text, open, json_string(name) + ":" + value);
+    }
+}
+
 }  // namespace
 
 std::optional<std::string> add_log_rotation(std::string_view body, std::string_view default_driver,
@@ -827,26 +838,17 @@ std::optional<std::string> add_log_rotation(std::string_view body, std::string_v
     const auto root_open = skip_ws(body, 0);
     try {
         const auto host = member_named(body, root_open, body.size(), "HostConfig");
+        const bool default_rotates = !default_driver.empty() && driver_rotates(default_driver);
         if (!host || is_null(body, *host)) {
-            if (default_driver.empty() || !driver_rotates(default_driver)) return std::nullopt;
-            const auto value = "{\"LogConfig\":{\"Config\":" + config + "}}";
-            if (host) {
-                out.replace(host->value_begin, host->value_end - host->value_begin, value);
-            } else {
-                insert_members(out, root_open, "\"HostConfig\":" + value);
-            }
+            if (!default_rotates) return std::nullopt;
+            put_member(out, root_open, host, "HostConfig", "{\"LogConfig\":{\"Config\":" + config + "}}");
             return out;
         }
         if (!is_object(body, *host)) return std::nullopt;
         const auto log = member_named(body, host->value_begin, host->value_end, "LogConfig");
         if (!log || is_null(body, *log)) {
-            if (default_driver.empty() || !driver_rotates(default_driver)) return std::nullopt;
-            const auto value = "{\"Config\":" + config + "}";
-            if (log) {
-                out.replace(log->value_begin, log->value_end - log->value_begin, value);
-            } else {
-                insert_members(out, host->value_begin, "\"LogConfig\":" + value);
-            }
+            if (!default_rotates) return std::nullopt;
+            put_member(out, host->value_begin, log, "LogConfig", "{\"Config\":" + config + "}");
             return out;
         }
         if (!is_object(body, *log)) return std::nullopt;
@@ -861,11 +863,7 @@ std::optional<std::string> add_log_rotation(std::string_view body, std::string_v
         if (!driver_rotates(driver)) return std::nullopt;
         const auto given = member_named(body, log->value_begin, log->value_end, "Config");
         if (!given || is_null(body, *given)) {
-            if (given) {
-                out.replace(given->value_begin, given->value_end - given->value_begin, config);
-            } else {
-                insert_members(out, log->value_begin, "\"Config\":" + config);
-            }
+            put_member(out, log->value_begin, given, "Config", config);
             return out;
         }
         if (!is_object(body, *given)) return std::nullopt;

@@ -58,7 +58,7 @@ void expect_follower_goes_on(const std::string& dir, const std::string& id, std:
                                                    << " (" << now << " bytes in all)");
         last = now;
     }
-    BOOST_TEST(follower.running());
+    BOOST_TEST(follower.running(), "the follower ended: " << follower.stderr_text());
     BOOST_TEST_MESSAGE("follower of " << id << ": " << last << " bytes in " << watch.count() + 1 << " s");
 }
 
