@@ -39,6 +39,12 @@ std::uint64_t file_size(const std::string& path) {
     return ec ? 0 : size;
 }
 
+// Docker 20.10's follower of a json-file log can lose a race with rotations that come ~70
+// times a second (a `yes` writer, 1 MiB files): it ends with this error (seen in 2 of ~25
+// runs here), a bug of that engine's follow code, which Docker 23 rewrote; 26.1 and 28.5 never
+// ended so. Such an end on 20.10 is reported, not failed; any other end fails.
+constexpr const char* docker_20_follow_race = "Error grabbing logs: no such file or directory";
+
 // A follower of `id`'s log, started now with the engine's own CLI: `docker logs -f --tail 1`.
 // Over `watch`, it must keep receiving lines: its output grows in every second.
 void expect_follower_goes_on(const std::string& dir, const std::string& id, std::chrono::seconds watch) {
@@ -53,6 +59,12 @@ void expect_follower_goes_on(const std::string& dir, const std::string& id, std:
     std::uint64_t last = file_size(stdout_path);
     for (auto second = 0s; second < watch; ++second) {
         std::this_thread::sleep_for(1s);
+        if (!follower.running() && engine_client().api_version() == "1.41" &&
+            follower.stderr_text().find(docker_20_follow_race) != std::string::npos) {
+            BOOST_TEST_MESSAGE("Docker 20.10's follower of " << id << " ended after " << last
+                                                             << " bytes: " << follower.stderr_text());
+            return;
+        }
         const auto now = file_size(stdout_path);
         BOOST_TEST(now > last, "the follower of " << id << " received nothing in second " << second.count() + 1
                                                    << " (" << now << " bytes in all)");
