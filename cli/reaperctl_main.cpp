@@ -1,10 +1,15 @@
-// reaperctl: the command-line client of reaperd's control socket.
-// Exit codes: 0 ok, 1 the daemon answered with an error, 64 usage error, 69 daemon unreachable,
-// 75 `end --wait` timed out with something of the session left; `run` exits with its tool's
+// reaperctl: the command-line client of reaperd's control socket (and `logs`, a reader of the
+// engine's json-file logs).
+// Exit codes: 0 ok, 1 the daemon answered with an error (logs: the log cannot be read), 64
+// usage error, 69 daemon unreachable (logs: the engine), 75 `end --wait` timed out with
+// something of the session left; `run` exits with its tool's
 // status (128+N when the tool was killed by signal N), 126/127 when the tool cannot be started.
 #include "reaper/units.hpp"  // parse_duration, format_duration: the one duration grammar
 #include "reaper/control.hpp"
+#include "reaper/log_rotation.hpp"
 #include "reaper/proxy.hpp"
+#include "json_log.hpp"
+#include "reaper/client.hpp"
 #include "reaperctl_format.hpp"
 #include "errno_text.hpp"
 #include "unique_fd.hpp"
@@ -84,14 +89,22 @@ const char* const usage_text =
     "                               newest first, --pending every pending reap and removal\n"
     "                               (--limit N of them, default 1000)\n"
     "  metrics                      the daemon's metrics (Prometheus text)\n"
+    "  logs CONTAINER [--tail N] [-f] [--engine ADDR]\n"
+    "                               print a container's json-file log as the engine wrote it,\n"
+    "                               skipping the holes reaperd's log caps punch (where plain\n"
+    "                               `docker logs` of Docker 23+ shows nothing); stdout lines\n"
+    "                               to stdout, stderr lines to stderr. --tail N: the last N\n"
+    "                               lines; -f: follow, across the engine's rotations. The\n"
+    "                               engine: ADDR, else $DOCKER_HOST, else\n"
+    "                               unix:///var/run/docker.sock"
     "\n"
     "Options:\n"
     "  --socket PATH   the control socket (default: $REAPERD_SOCKET, else /run/reaperd/control.sock)\n"
     "  --help          show this help\n"
     "  --version       show the version\n"
     "\n"
-    "Exit codes: 0 ok, 1 the daemon refused, 64 usage error, 69 reaperd unreachable,\n"
-    "75 end --wait timed out.\n"
+    "Exit codes: 0 ok, 1 the daemon refused (logs: the log cannot be read), 64 usage\n"
+    "error, 69 reaperd unreachable (logs: the engine), 75 end --wait timed out.\n"
     "See docs/control-protocol.md.\n";
 
 struct UsageError {
@@ -232,6 +245,15 @@ public:
             const auto stats = proxy_->stats();
             keeper.report_labelled({stats.containers, stats.networks, stats.volumes});
         };
+        // reaperd's lease reply says its cap and whether it wants rotation at creation; before
+        // any reply (reaperd unreachable) and from a reaperd older than those fields, its
+        // default cap.
+        options.log_rotation_cap = [&keeper]() -> std::uint64_t {
+            const auto reply = keeper.lease_reply();
+            if (!reply) return reaper::default_log_cap_bytes;
+            if (!reply->log_rotate_at_create.value_or(true)) return 0;
+            return reply->log_max_size.value_or(reaper::default_log_cap_bytes);
+        };
         try {
             proxy_.emplace(std::move(options));
             proxy_->start();
@@ -259,6 +281,7 @@ public:
         std::string line = "labelled " + count(stats.containers, "container") + ", " +
                            count(stats.networks, "network") + ", " + count(stats.volumes, "volume") +
                            " with reaperd.session=" + proxy_->options().session;
+        if (stats.rotated > 0) line += "; set log rotation on " + count(stats.rotated, "container");
         if (stats.refused > 0) line += "; refused " + count(stats.refused, "request");
         warn(line);
     }
@@ -414,6 +437,60 @@ int wait_until_gone(control::ControlClient& client, const std::string& session,
     return exit_wait_timed_out;
 }
 
+// How often `logs -f` looks for new lines: what `docker logs -f` users see as immediate, and
+// a stat and a read of nothing (a few microseconds) otherwise.
+constexpr auto follow_poll_interval = 100ms;
+
+void print_entry(const reaperctl::LogEntry& entry) {
+    std::FILE* out = entry.from_stderr ? stderr : stdout;
+    std::fwrite(entry.text.data(), 1, entry.text.size(), out);
+}
+
+// `logs`: the container's json-file log, read from the file the engine names (inspect's
+// LogPath), holes skipped (json_log.hpp).
+int print_logs(const reaper::ClientOptions& options, const std::string& container,
+               std::optional<std::uint64_t> tail, bool follow) {
+    reaper::ContainerInfo info;
+    try {
+        reaper::Client engine(options);
+        info = engine.inspect(container);
+    } catch (const reaper::NotFound&) {
+        warn("no such container: " + container);
+        return exit_error_reply;
+    } catch (const reaper::Unreachable& e) {
+        warn(e.what());
+        return exit_unavailable;
+    }
+    if (info.log_path.empty() || (!info.log_driver.empty() && info.log_driver != "json-file")) {
+        warn("container " + container + " logs with the " + (info.log_driver.empty() ? "engine's" : info.log_driver) +
+             " driver; reaperctl logs reads json-file logs only (use docker logs)");
+        return exit_error_reply;
+    }
+    const int fd = ::open(info.log_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        warn("cannot open " + info.log_path + ": " + errno_text(errno) +
+             (errno == EACCES ? " (the engine's files are root's: run as root)" : ""));
+        return exit_error_reply;
+    }
+    std::uint64_t offset = 0;
+    if (tail) {
+        for (const auto& entry : reaperctl::tail_entries(fd, *tail, &offset)) print_entry(entry);
+    } else {
+        offset = reaperctl::read_entries(fd, 0, print_entry);
+    }
+    if (!follow) {
+        ::close(fd);
+        return exit_ok;
+    }
+    reaperctl::LogFollower follower(info.log_path, fd, offset);
+    do {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::this_thread::sleep_for(follow_poll_interval);
+    } while (follower.poll(print_entry));
+    return exit_ok;
+}
+
 struct Arguments {
     std::optional<std::string> socket;
     std::string command;
@@ -428,9 +505,27 @@ struct Arguments {
     bool ended = false;                         // status --ended
     bool pending = false;                       // status --pending
     std::optional<std::uint64_t> limit;         // status --limit N
+    std::optional<std::uint64_t> tail;          // logs --tail N
+    bool follow = false;                        // logs -f
     bool help = false;
     bool version = false;
 };
+
+// The number of `--name N` or `--name=N` at words[i] (i moves past a separate N).
+std::uint64_t count_option(const std::vector<std::string>& words, std::size_t& i, const std::string& name) {
+    std::string text;
+    if (words[i] == name) {
+        if (i + 1 >= words.size()) throw UsageError{name + " needs a number"};
+        text = words[++i];
+    } else {
+        text = words[i].substr(name.size() + 1);
+    }
+    if (text.empty() || text.size() > 18 ||
+        !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        throw UsageError{name + " needs a non-negative number, not \"" + text + "\""};
+    }
+    return std::stoull(text);
+}
 
 Arguments parse_arguments(int argc, char** argv) {
     Arguments args;
@@ -466,18 +561,11 @@ Arguments parse_arguments(int argc, char** argv) {
             if (args.ended) throw UsageError{"--ended and --pending exclude each other"};
             args.pending = true;
         } else if ((word == "--limit" || word.starts_with("--limit=")) && args.command == "status") {
-            std::string text;
-            if (word == "--limit") {
-                if (i + 1 >= words.size()) throw UsageError{"--limit needs a number"};
-                text = words[++i];
-            } else {
-                text = word.substr(8);
-            }
-            if (text.empty() || text.size() > 18 ||
-                !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-                throw UsageError{"--limit needs a non-negative number, not \"" + text + "\""};
-            }
-            args.limit = std::stoull(text);
+            args.limit = count_option(words, i, "--limit");
+        } else if ((word == "--tail" || word.starts_with("--tail=")) && args.command == "logs") {
+            args.tail = count_option(words, i, "--tail");
+        } else if ((word == "-f" || word == "--follow") && args.command == "logs") {
+            args.follow = true;
         } else if (word == "--wait" && args.command == "end") {
             args.wait = true;
         } else if ((word == "--timeout" || word.starts_with("--timeout=")) && args.command == "end") {
@@ -496,7 +584,8 @@ Arguments parse_arguments(int argc, char** argv) {
             }
         } else if (word == "--own" && args.command == "run") {
             args.own = true;
-        } else if ((word == "--engine" || word.starts_with("--engine=")) && args.command == "run") {
+        } else if ((word == "--engine" || word.starts_with("--engine=")) &&
+                   (args.command == "run" || args.command == "logs")) {
             if (word == "--engine") {
                 if (i + 1 >= words.size()) throw UsageError{"--engine needs an ADDR"};
                 args.engine = words[++i];
@@ -600,6 +689,17 @@ int dispatch(const Arguments& args) {
             }
         }
         return exit_ok;
+    }
+    if (args.command == "logs") {
+        expect_operands(args, 1, "one CONTAINER");
+        reaper::ClientOptions options;
+        try {
+            options = reaper::ClientOptions::from_environment();
+            if (args.engine) options.address = reaper::EngineAddress::parse(*args.engine);
+        } catch (const std::invalid_argument& e) {
+            throw UsageError{e.what()};
+        }
+        return print_logs(options, args.operands[0], args.tail, args.follow);
     }
     if (args.command == "metrics") {
         expect_operands(args, 0, "no arguments");

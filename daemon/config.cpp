@@ -362,7 +362,8 @@ const std::vector<Section>& sections() {
           field<&C::logs, &LogsConfig::action>("action"),
           field<&C::logs, &LogsConfig::scope>("scope"),
           field<&C::logs, &LogsConfig::total_max_size_bytes>("total_max_size"),
-          field<&C::logs, &LogsConfig::check_interval>("check_interval")}},
+          field<&C::logs, &LogsConfig::check_interval>("check_interval"),
+          field<&C::logs, &LogsConfig::rotate_at_create>("rotate_at_create")}},
         {"metrics", {field<&C::metrics, &MetricsConfig::listen>("listen")}},
     };
     return table;

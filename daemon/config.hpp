@@ -9,6 +9,7 @@
 
 #include "vocabulary.hpp"
 
+#include <reaper/log_rotation.hpp>
 #include <reaper/units.hpp>
 
 #include <chrono>
@@ -90,11 +91,16 @@ std::string_view to_string(LogScope scope) noexcept;    // "sessions" or "all"
 struct LogsConfig {
     // 0 = caps off; label reaperd.log-max-size overrides. On by default: a runaway writer
     // fills a disk in minutes, and no sane test log reaches 1GiB.
-    std::uint64_t max_size_bytes = std::uint64_t{1} << 30;
+    std::uint64_t max_size_bytes = reaper::default_log_cap_bytes;
     LogAction action = LogAction::truncate;
     LogScope scope = LogScope::sessions;
     std::uint64_t total_max_size_bytes = 0;  // 0 = no budget over all capped containers
     Duration check_interval{std::chrono::seconds{1}};  // the periodic backstop
+    // Tell a labelling proxy (`reaperctl run --own`, in the lease reply) to set Docker's own
+    // rotation (max-size = half the cap, max-file = 2) on the json-file and local containers
+    // it creates without one: a log the engine rotates needs no cut, and a cut from outside
+    // stalls Docker 23+'s followers and `--tail` (issue 21).
+    bool rotate_at_create = true;
 
     friend bool operator==(const LogsConfig&, const LogsConfig&) = default;
 };

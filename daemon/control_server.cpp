@@ -509,7 +509,7 @@ struct ControlServer::Impl {
                     handler.proxy_reported(request.session, connection.id,
                                            {connection.client, request.labelled});
                 }
-                connection.output += control::encode_ok();
+                connection.output += lease_reply();
                 break;
             case control::Op::Update:
                 if (!connection.proxy) {
@@ -539,6 +539,15 @@ struct ControlServer::Impl {
             connection.output += control::encode_error(std::string(control::to_string(request.op)) +
                                                        " failed: " + e.what());
         }
+    }
+
+    std::string lease_reply() const {
+        if (!terms_set) return control::encode_ok();
+        control::Reply reply;
+        reply.ok = true;
+        reply.log_max_size = log_max_size_bytes.load();
+        reply.log_rotate_at_create = log_rotate_at_create.load();
+        return control::encode_reply(reply);
     }
 
     // Whether `connection`'s uid already holds max_leases_per_uid leases: if so, the lease it
@@ -755,6 +764,10 @@ struct ControlServer::Impl {
     // ControlServerLimits' per-uid limits; set_uid_limits() may change them from any thread.
     std::atomic<std::size_t> max_connections_per_uid;
     std::atomic<std::size_t> max_leases_per_uid;
+    // set_lease_terms(): the lease reply's log fields, sent once terms_set.
+    std::atomic<bool> terms_set{false};
+    std::atomic<std::uint64_t> log_max_size_bytes{0};
+    std::atomic<bool> log_rotate_at_create{false};
     std::atomic<std::size_t> connection_total{0};
     std::uint64_t last_connection_id = 0;
     Clock::time_point accept_paused_until{};
@@ -769,6 +782,12 @@ ControlServer::~ControlServer() { stop(); }
 void ControlServer::start() { impl_->start(); }
 
 void ControlServer::stop() { impl_->stop(); }
+
+void ControlServer::set_lease_terms(const LeaseTerms& terms) noexcept {
+    impl_->log_max_size_bytes = terms.log_max_size_bytes;
+    impl_->log_rotate_at_create = terms.log_rotate_at_create;
+    impl_->terms_set = true;
+}
 
 void ControlServer::set_uid_limits(std::size_t max_connections_per_uid, std::size_t max_leases_per_uid) noexcept {
     impl_->max_connections_per_uid = max_connections_per_uid;

@@ -119,6 +119,14 @@ inline constexpr std::size_t reserved_descriptors = 256;
 // reserve fit under it (at least 1 connection). Pure: the caller reads and logs the limit.
 ControlServerLimits fit_to_descriptors(ControlServerLimits limits, std::uint64_t nofile_soft);
 
+// What each lease's reply tells its holder of reaperd's log caps (control.hpp
+// Reply::log_max_size, log_rotate_at_create): logs.max_size (0 when no log is capped) and
+// logs.rotate_at_create.
+struct LeaseTerms {
+    std::uint64_t log_max_size_bytes = 0;
+    bool log_rotate_at_create = false;
+};
+
 class ControlServer {
 public:
     // Binds config.socket (creating its parent directory if missing; removing a stale socket
@@ -144,6 +152,9 @@ public:
     // apply to connections accepted and leases requested from now on; what is held stays.
     // Thread-safe.
     void set_uid_limits(std::size_t max_connections_per_uid, std::size_t max_leases_per_uid) noexcept;
+    // The terms every lease's reply carries from now on (none before the first call: a plain
+    // {"ok":true}). Thread-safe.
+    void set_lease_terms(const LeaseTerms& terms) noexcept;
 
     const std::string& socket_path() const noexcept;
     // Connections open right now (leases included); for tests and status.

@@ -245,6 +245,32 @@ BOOST_AUTO_TEST_CASE(lease_open_and_close_reach_the_handler) {
     BOOST_TEST(f.handler.events()[2].connection != id);
 }
 
+// The lease reply tells the holder reaperd's log cap and whether a labelling proxy should set
+// Docker's own rotation; a keeper keeps the reply of its lease. Before any terms are set (and
+// from a daemon older than them) the reply is a plain {"ok":true}.
+BOOST_AUTO_TEST_CASE(lease_reply_carries_the_log_terms) {
+    Fixture f;
+    const int plain = connect_raw(f.config.socket);
+    send_all(plain, "{\"op\":\"lease\",\"session\":\"s1\"}\n");
+    BOOST_TEST(read_line(plain) == R"({"ok":true})");
+    ::close(plain);
+
+    f.server->set_lease_terms({2 * 1024 * 1024, true});
+    control::LeaseKeeper keeper(control::ControlClient(f.config.socket), "s2");
+    BOOST_TEST(!keeper.lease_reply().has_value());
+    BOOST_REQUIRE(keeper.start() == nullptr);
+    const auto reply = keeper.lease_reply();
+    BOOST_REQUIRE(reply.has_value());
+    BOOST_TEST(reply->log_max_size.value() == 2u * 1024 * 1024);
+    BOOST_TEST(reply->log_rotate_at_create.value());
+
+    f.server->set_lease_terms({0, false});  // a reload: new leases get the new terms
+    const int raw = connect_raw(f.config.socket);
+    send_all(raw, "{\"op\":\"lease\",\"session\":\"s3\"}\n");
+    BOOST_TEST(read_line(raw) == R"({"ok":true,"log_max_size":0,"log_rotate_at_create":false})");
+    ::close(raw);
+}
+
 BOOST_AUTO_TEST_CASE(end_orphan_status_and_metrics_dispatch) {
     Fixture f;
     control::ControlClient client(f.config.socket);

@@ -398,6 +398,11 @@ PersistedState Daemon::load_state_retrying(const StateStore& store, Clock::durat
 // RLIMIT_NOFILE is raised towards the hard one when it is lower than the cap plus the reserve
 // (under the unit, LimitNOFILE sets both and its seccomp filter refuses setrlimit anyway),
 // and the cap is lowered, loudly, when the descriptors still do not suffice.
+LeaseTerms Daemon::lease_terms() const {
+    // Without the capper no log is capped, whatever logs.max_size says.
+    return {options_.log_caps ? config_.logs.max_size_bytes : 0, config_.logs.rotate_at_create};
+}
+
 ControlServerLimits Daemon::control_limits() const {
     ControlServerLimits limits;
     limits.max_connections = config_.control.max_connections;
@@ -476,6 +481,7 @@ void Daemon::start_up(TimePoint now) {
         });
     if (options_.control_server) {
         control_ = std::make_unique<ControlServer>(config_.control, *this, control_limits());
+        control_->set_lease_terms(lease_terms());
         control_->start();
         if (!config_.metrics.listen.empty()) {
             metrics_http_ = std::make_unique<MetricsHttpServer>(config_.metrics.listen,
@@ -876,9 +882,12 @@ void Daemon::reload(TimePoint now) {
         bool labels_changed = fresh.sessions.labels != config_.sessions.labels;
         config_ = std::move(fresh);
         guard_.configure(GuardConfig::from(config_));
-        // The per-uid limits apply at once to new connections and leases; held ones stay.
-        if (control_)
+        // The per-uid limits and lease terms apply at once to new connections and leases;
+        // held ones stay.
+        if (control_) {
             control_->set_uid_limits(config_.control.max_connections_per_uid, config_.control.max_leases_per_uid);
+            control_->set_lease_terms(lease_terms());
+        }
         if (labels_changed) registry_.rederive_sessions(config_.sessions, now);
         watcher_->set_options({config_.reaper.retry_initial, config_.reaper.retry_max});
         if (capper_) capper_->reconfigure(config_.logs);

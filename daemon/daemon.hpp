@@ -164,6 +164,7 @@ private:
     void publish_status();
 
     ControlServerLimits control_limits() const;
+    LeaseTerms lease_terms() const;  // what each lease reply says of the log caps
     std::string render_status(TimePoint now, const reaper::control::StatusQuery& query) const;
     // The wall clock's lead over the loop's clock, read now (registry.hpp, Clock).
     Clock::duration wall_offset() const;

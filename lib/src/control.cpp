@@ -411,8 +411,9 @@ private:
 
 class SocketLease final : public Lease {
 public:
-    SocketLease(Poco::Net::StreamSocket socket, std::string path)
-        : socket_(std::move(socket)), fd_(socket_.impl()->sockfd()), path_(std::move(path)) {}
+    SocketLease(Poco::Net::StreamSocket socket, std::string path, Reply reply)
+        : socket_(std::move(socket)), fd_(socket_.impl()->sockfd()), path_(std::move(path)),
+          reply_(std::move(reply)) {}
     ~SocketLease() override { release(); }
 
     void release() noexcept override {
@@ -449,6 +450,9 @@ public:
     }
 
     int native_handle() const noexcept override { return released_ ? -1 : fd_; }
+
+    // The daemon's answer to the lease request.
+    const Reply& reply() const noexcept { return reply_; }
 
     void update(const LabelledCounts& labelled, std::chrono::milliseconds timeout) override {
         update(labelled, timeout, -1);
@@ -550,6 +554,7 @@ private:
     Poco::Net::StreamSocket socket_;
     const int fd_;
     const std::string path_;
+    const Reply reply_;
 };
 
 // Takes a lease (plain, or with a proxy and its counts) on one new connection; the wait for
@@ -559,8 +564,8 @@ std::unique_ptr<SocketLease> take_lease(const std::string& path, std::chrono::mi
                                         const Request& request, int cancel_fd) {
     encode_request(request);  // an invalid session id fails before connecting
     Connection connection(path, timeout);
-    connection.exchange(request, cancel_fd);
-    return std::make_unique<SocketLease>(connection.socket(), path);
+    auto reply = connection.exchange(request, cancel_fd);
+    return std::make_unique<SocketLease>(connection.socket(), path, std::move(reply));
 }
 
 Request lease_request(const std::string& session, bool proxy, const LabelledCounts& labelled) {
@@ -757,6 +762,8 @@ std::string encode_reply(const Reply& reply) {
     flag("dry_run", reply.dry_run);
     counts("reaps_queued", reply.reaps_queued);
     counts("remaining", reply.remaining);
+    if (reply.log_max_size) object.set("log_max_size", static_cast<Poco::UInt64>(*reply.log_max_size));
+    flag("log_rotate_at_create", reply.log_rotate_at_create);
     return one_line(stringify(object));
 }
 
@@ -812,11 +819,13 @@ Reply parse_reply(std::string_view line) {
                                     std::pair{"known", &Reply::known},
                                     std::pair{"already_ended", &Reply::already_ended},
                                     std::pair{"ready", &Reply::ready},
-                                    std::pair{"dry_run", &Reply::dry_run}}) {
+                                    std::pair{"dry_run", &Reply::dry_run},
+                                    std::pair{"log_rotate_at_create", &Reply::log_rotate_at_create}}) {
             if (object->has(name)) reply.*member = bool_field(*object, name);
         }
         if (object->has("reaps_queued")) reply.reaps_queued = kind_counts_field(*object, "reaps_queued");
         if (object->has("remaining")) reply.remaining = kind_counts_field(*object, "remaining");
+        if (object->has("log_max_size")) reply.log_max_size = count_field(*object, "log_max_size");
     } catch (const ProtocolViolation& e) {
         throw reply_field(e);
     }
@@ -932,6 +941,7 @@ public:
         try {
             auto lease = take(-1);
             std::lock_guard lock(mutex_);
+            last_reply_ = lease->reply();
             lease_ = std::move(lease);
         } catch (const ControlError&) {
             failure = std::current_exception();
@@ -949,6 +959,11 @@ public:
     bool holds() const {
         std::lock_guard lock(mutex_);
         return lease_ && lease_->alive();
+    }
+
+    std::optional<Reply> lease_reply() const {
+        std::lock_guard lock(mutex_);
+        return last_reply_;
     }
 
     void report(const LabelledCounts& labelled) {
@@ -1004,6 +1019,7 @@ private:
                 auto lease = take(wake_.get());
                 {
                     std::lock_guard lock(mutex_);
+                    last_reply_ = lease->reply();
                     lease_ = std::move(lease);
                 }
                 notify(LeaseEvent::Taken, nullptr);
@@ -1150,6 +1166,7 @@ private:
     UniqueFd settle_;          // written by settle()
     mutable std::mutex mutex_;
     std::unique_ptr<SocketLease> lease_;
+    std::optional<Reply> last_reply_;  // of the last lease taken; under mutex_
     mutable std::mutex counts_mutex_;
     LabelledCounts counts_;  // the latest reported; guarded by counts_mutex_
     std::mutex settle_mutex_;  // guards the three settle counts
@@ -1182,5 +1199,7 @@ void LeaseKeeper::report_labelled(const LabelledCounts& labelled) { worker_->rep
 void LeaseKeeper::stop() noexcept { worker_->stop(); }
 
 bool LeaseKeeper::settle(std::chrono::milliseconds limit) { return worker_->settle(limit); }
+
+std::optional<Reply> LeaseKeeper::lease_reply() const { return worker_->lease_reply(); }
 
 }  // namespace reaper::control

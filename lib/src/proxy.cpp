@@ -19,7 +19,9 @@
 #include "signals_blocked.hpp"
 #include "unique_fd.hpp"
 #include <reaper/control.hpp>
+#include <reaper/log_rotation.hpp>
 
+#include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
 #include <Poco/JSON/Parser.h>
 #include <Poco/Exception.h>
@@ -35,6 +37,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -68,6 +71,9 @@ constexpr std::size_t io_chunk = 64 * 1024;
 // A create's answer is read into memory (as it is relayed) only to log the new object's id.
 constexpr std::size_t max_captured_answer = 64 * 1024;
 constexpr auto upstream_connect_timeout_ms = 5000;
+// The proxy's own questions to the engine (GET /_ping, /info): dockerd answers /info in
+// milliseconds; a create waits for them once per proxy.
+constexpr std::chrono::milliseconds engine_question_timeout{10'000};
 
 // ---- descriptors --------------------------------------------------------------------------
 
@@ -762,6 +768,120 @@ std::string add_label(std::string_view body, std::string_view key, std::string_v
     return out;
 }
 
+namespace {
+
+// A member of the object at text[begin, end) whose name Go's decoder takes for `name`
+// (case-insensitively), positions absolute. nullopt when there is none; throws LabelRefused
+// when there are several (which one the engine reads is not worth guessing).
+std::optional<Member> member_named(std::string_view text, std::size_t begin, std::size_t end,
+                                   std::string_view name) {
+    std::optional<Member> found;
+    for (auto member : top_level_members(text.substr(begin, end - begin))) {
+        if (!iequals(member.key, name)) continue;
+        if (found) throw LabelRefused(std::string(name) + " named twice");
+        member.value_begin += begin;
+        member.value_end += begin;
+        found = std::move(member);
+    }
+    return found;
+}
+
+bool is_object(std::string_view text, const Member& member) { return text[member.value_begin] == '{'; }
+bool is_null(std::string_view text, const Member& member) {
+    return text.substr(member.value_begin, member.value_end - member.value_begin) == "null";
+}
+
+// Inserts `members` ("\"a\":1,...") first into the object whose '{' is at text[open].
+void insert_members(std::string& text, std::size_t open, const std::string& members) {
+    const auto inner = skip_ws(text, open + 1);
+    const bool empty = inner < text.size() && text[inner] == '}';
+    text.insert(open + 1, members + (empty ? "" : ","));
+}
+
+// Gives `name` the JSON `value` in the object whose '{' is at text[open]: in place of the null
+// value of `member` when there is one, else as a new first member.
+void put_member(std::string& text, std::size_t open, const std::optional<Member>& member, std::string_view name,
+                const std::string& value) {
+    if (member) {
+        text.replace(member->value_begin, member->value_end - member->value_begin, value);
+    } else {
+        insert_members(text, open, json_string(name) + ":" + value);
+    }
+}
+
+}  // namespace
+
+std::optional<std::string> add_log_rotation(std::string_view body, std::string_view default_driver,
+                                            std::uint64_t cap_bytes) {
+    Poco::JSON::Object::Ptr root;
+    try {
+        Poco::JSON::Parser parser;
+        root = parser.parse(std::string(body)).extract<Poco::JSON::Object::Ptr>();
+    } catch (const Poco::Exception&) {
+        return std::nullopt;
+    }
+    Labels labels;
+    for (const auto& name : root->getNames()) {
+        const auto object = names_labels_field(name) ? root->getObject(name) : nullptr;
+        if (!object) continue;
+        for (const auto& key : object->getNames())
+            if (object->get(key).isString()) labels[key] = object->getValue<std::string>(key);
+    }
+    const auto options = rotation_options(log_cap_for(labels, cap_bytes));
+    if (options.empty()) return std::nullopt;
+    std::string config_members;
+    for (const auto& [key, value] : options)
+        config_members += (config_members.empty() ? "" : ",") + json_string(key) + ":" + json_string(value);
+    const std::string config = "{" + config_members + "}";
+
+    std::string out(body);
+    const auto root_open = skip_ws(body, 0);
+    try {
+        const auto host = member_named(body, root_open, body.size(), "HostConfig");
+        const bool default_rotates = !default_driver.empty() && driver_rotates(default_driver);
+        if (!host || is_null(body, *host)) {
+            if (!default_rotates) return std::nullopt;
+            put_member(out, root_open, host, "HostConfig", "{\"LogConfig\":{\"Config\":" + config + "}}");
+            return out;
+        }
+        if (!is_object(body, *host)) return std::nullopt;
+        const auto log = member_named(body, host->value_begin, host->value_end, "LogConfig");
+        if (!log || is_null(body, *log)) {
+            if (!default_rotates) return std::nullopt;
+            put_member(out, host->value_begin, log, "LogConfig", "{\"Config\":" + config + "}");
+            return out;
+        }
+        if (!is_object(body, *log)) return std::nullopt;
+        std::string driver(default_driver);
+        if (const auto type = member_named(body, log->value_begin, log->value_end, "Type"); type && !is_null(body, *type)) {
+            Poco::JSON::Parser parser;
+            const auto value = parser.parse("[" + std::string(body.substr(type->value_begin, type->value_end - type->value_begin)) + "]")
+                                   .extract<Poco::JSON::Array::Ptr>()->get(0);
+            if (!value.isString()) return std::nullopt;
+            if (const auto given = value.extract<std::string>(); !given.empty()) driver = given;
+        }
+        if (!driver_rotates(driver)) return std::nullopt;
+        const auto given = member_named(body, log->value_begin, log->value_end, "Config");
+        if (!given || is_null(body, *given)) {
+            put_member(out, log->value_begin, given, "Config", config);
+            return out;
+        }
+        if (!is_object(body, *given)) return std::nullopt;
+        Poco::JSON::Parser parser;
+        const auto own = parser.parse(std::string(body.substr(given->value_begin, given->value_end - given->value_begin)))
+                             .extract<Poco::JSON::Object::Ptr>();
+        std::map<std::string, std::string> own_options;
+        for (const auto& key : own->getNames()) own_options[key] = own->get(key).toString();
+        if (sets_rotation(own_options)) return std::nullopt;
+        insert_members(out, given->value_begin, config_members);
+        return out;
+    } catch (const LabelRefused&) {
+        return std::nullopt;
+    } catch (const Poco::Exception&) {
+        return std::nullopt;
+    }
+}
+
 // ---- the proxy ----------------------------------------------------------------------------
 
 namespace {
@@ -770,6 +890,7 @@ struct Counters {
     std::atomic<std::uint64_t> containers{0};
     std::atomic<std::uint64_t> networks{0};
     std::atomic<std::uint64_t> volumes{0};
+    std::atomic<std::uint64_t> rotated{0};
     std::atomic<std::uint64_t> refused{0};
     std::atomic<std::uint64_t> connections{0};
     std::atomic<std::uint64_t> open_connections{0};
@@ -831,17 +952,94 @@ UniqueFd connect_upstream(const EngineAddress& address) {
     throw std::system_error(last_error, std::generic_category(), "connecting to " + address.to_string());
 }
 
+// One GET of the proxy's own on a connection of its own, in HTTP/1.0 so that the answer is
+// never chunked: the answer's head and body, which ends at its Content-Length or with the
+// connection. Throws Broken or std::system_error.
+std::pair<Head, std::string> engine_get(const EngineAddress& upstream, const std::string& path) {
+    auto fd = connect_upstream(upstream);
+    send_all(fd.get(), "GET " + path + " HTTP/1.0\r\nHost: docker\r\n\r\n");
+    std::string answer;
+    std::vector<char> buffer(io_chunk);
+    const auto deadline = std::chrono::steady_clock::now() + engine_question_timeout;
+    std::optional<Head> head;
+    std::size_t body_at = 0;
+    std::optional<std::uint64_t> length;
+    while (!length || answer.size() - body_at < *length) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        pollfd p{fd.get(), POLLIN, 0};
+        if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0)
+            throw Broken("no answer to GET " + path + " within " +
+                         std::to_string(engine_question_timeout.count()) + " ms");
+        const auto n = ::recv(fd.get(), buffer.data(), buffer.size(), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw Broken("read: " + errno_text(errno));
+        if (n == 0) break;
+        answer.append(buffer.data(), static_cast<std::size_t>(n));
+        if (answer.size() > max_captured_answer * 16) throw Broken("the answer to GET " + path + " is too large");
+        if (const auto end = answer.find("\r\n\r\n"); !head && end != std::string::npos) {
+            try {
+                head = parse_head(answer.substr(0, end + 4));
+                if (head->has("Content-Length")) length = parse_content_length(*head);
+            } catch (const HttpError& e) {
+                throw Broken("the engine sent a malformed head: " + e.message);
+            }
+            body_at = end + 4;
+        }
+    }
+    if (!head) throw Broken("no head in the answer to GET " + path);
+    if (parse_status(head->first_line) != 200) throw Broken("GET " + path + ": " + head->first_line);
+    return {std::move(*head), answer.substr(body_at, length.value_or(answer.size() - body_at))};
+}
+
+// What a container create's log rotation needs to know of the engine, asked once per proxy
+// (at the first container create whose rotation depends on it) and kept: which engine it is
+// and its default log driver. A failed question is asked again at the next create.
+class EngineFacts {
+public:
+    struct Facts {
+        bool podman = false;
+        std::string default_driver;  // GET /info LoggingDriver; "" on Podman
+    };
+
+    explicit EngineFacts(const EngineAddress& upstream) : upstream_(upstream) {}
+
+    // Throws what engine_get throws; several threads may call it, one asks.
+    Facts get() {
+        std::lock_guard lock(mutex_);
+        if (facts_) return *facts_;
+        Facts facts;
+        // /_ping answers in ~10 ms on either engine; Podman's /info takes ~1.7 s (README,
+        // Supported engines), and nothing in it is needed there.
+        facts.podman = engine_get(upstream_, "/_ping").first.has("Libpod-Api-Version");
+        if (!facts.podman) {
+            const auto info = engine_get(upstream_, "/info").second;
+            Poco::JSON::Parser parser;
+            facts.default_driver =
+                parser.parse(info).extract<Poco::JSON::Object::Ptr>()->optValue<std::string>("LoggingDriver", "");
+        }
+        facts_ = facts;
+        return facts;
+    }
+
+private:
+    const EngineAddress& upstream_;
+    std::mutex mutex_;
+    std::optional<Facts> facts_;
+};
+
 // What the answer side needs to know about a request sent on.
 struct Sent {
     bool head_request = false;
     CreateKind kind = CreateKind::None;
     std::string what;  // "POST /v1.41/containers/create" for the log
+    bool rotated = false;  // a container create given log rotation
 };
 
 class Connection {
 public:
-    Connection(UniqueFd client, const ProxyOptions& options, Counters& counters)
-        : client_(std::move(client)), options_(options), counters_(counters) {}
+    Connection(UniqueFd client, const ProxyOptions& options, Counters& counters, EngineFacts& facts)
+        : client_(std::move(client)), options_(options), counters_(counters), facts_(facts) {}
     ~Connection() {
         if (answers_.joinable()) answers_.join();
     }
@@ -963,10 +1161,33 @@ private:
         }
         // An empty body became JSON, which newer engines only take with its Content-Type.
         if (!head.has("Content-Type")) out += "Content-Type: application/json\r\n";
+        bool rotated = false;
+        if (kind == CreateKind::Container) {
+            if (auto with_rotation = rotate_logs(labelled, what)) {
+                labelled = std::move(*with_rotation);
+                rotated = true;
+            }
+        }
         out += "Content-Length: " + std::to_string(labelled.size()) + "\r\n\r\n" + labelled;
-        expect({false, kind, what});
+        expect({false, kind, what, rotated});
         send_all(upstream_.get(), out);
         return true;
+    }
+
+    // A container create's body with Docker's own log rotation added, or nullopt to send it as
+    // it is. Never refuses: a create the proxy cannot give rotation goes on without (a warning).
+    std::optional<std::string> rotate_logs(const std::string& body, const std::string& what) {
+        const std::uint64_t cap = options_.log_rotation_cap ? options_.log_rotation_cap() : 0;
+        if (cap == 0) return std::nullopt;
+        try {
+            const auto facts = facts_.get();
+            if (facts.podman) return std::nullopt;
+            return add_log_rotation(body, facts.default_driver, cap);
+        } catch (const std::exception& e) {
+            log(LogLevel::Warning, "no log rotation for " + what + ": cannot ask the engine its default log driver: " +
+                                       e.what());
+            return std::nullopt;
+        }
     }
 
     // Connects to the engine on the first request; false (after answering 502) when it cannot.
@@ -1142,7 +1363,10 @@ private:
 
     void count_created(const Sent& sent, const std::string& answer) {
         switch (sent.kind) {
-            case CreateKind::Container: ++counters_.containers; break;
+            case CreateKind::Container:
+                ++counters_.containers;
+                if (sent.rotated) ++counters_.rotated;
+                break;
             case CreateKind::Network: ++counters_.networks; break;
             case CreateKind::Volume: ++counters_.volumes; break;
             case CreateKind::None: break;
@@ -1164,13 +1388,15 @@ private:
             // Counted all the same (Poco's exceptions are std ones too); the line has no id.
         }
         log(LogLevel::Info,
-            std::string("labelled ") + to_string(sent.kind) + " " + id + " (" + sent.what + ")",
+            std::string("labelled ") + to_string(sent.kind) + " " + id + (sent.rotated ? " and set its log rotation" : "") +
+                " (" + sent.what + ")",
             sent.kind == CreateKind::Container ? id : std::string());
     }
 
     UniqueFd client_;
     const ProxyOptions& options_;
     Counters& counters_;
+    EngineFacts& facts_;
 
     std::mutex mutex_;
     Wakeup changed_;  // written whenever the state below changes, read by the request side
@@ -1189,7 +1415,7 @@ private:
 
 class EngineProxy::Impl {
 public:
-    explicit Impl(ProxyOptions options) : options(std::move(options)) {}
+    explicit Impl(ProxyOptions options) : options(std::move(options)), facts(this->options.upstream) {}
 
     void start() {
         if (started) throw std::logic_error("EngineProxy::start called twice");
@@ -1228,6 +1454,7 @@ public:
 
     ProxyOptions options;
     Counters counters;
+    EngineFacts facts;
 
 private:
     struct Slot {
@@ -1253,7 +1480,7 @@ private:
             }
             try {
                 auto slot = std::make_unique<Slot>();
-                slot->connection = std::make_unique<Connection>(std::move(client), options, counters);
+                slot->connection = std::make_unique<Connection>(std::move(client), options, counters, facts);
                 auto* raw = slot.get();
                 ++counters.connections;
                 ++counters.open_connections;
@@ -1319,6 +1546,7 @@ ProxyStats EngineProxy::stats() const {
     stats.containers = c.containers;
     stats.networks = c.networks;
     stats.volumes = c.volumes;
+    stats.rotated = c.rotated;
     stats.refused = c.refused;
     stats.connections = c.connections;
     stats.open_connections = c.open_connections;

@@ -19,6 +19,7 @@
 #include <future>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using reaper::test::eventually;
 using reaper::add_label;
+using reaper::add_log_rotation;
 using reaper::create_kind;
 using reaper::CreateKind;
 using reaper::LabelRefused;
@@ -236,13 +238,15 @@ std::string json_answer(int status, const std::string& body) {
 }
 
 struct Fixture {
-    explicit Fixture(ScriptedEngine::Script script, std::size_t max_body = 16 * 1024 * 1024)
+    explicit Fixture(ScriptedEngine::Script script, std::size_t max_body = 16 * 1024 * 1024,
+                     std::uint64_t rotation_cap = 0)
         : engine(dir.path + "/engine.sock", std::move(script)) {
         reaper::ProxyOptions options;
         options.upstream = reaper::EngineAddress::parse("unix://" + dir.path + "/engine.sock");
         options.listen_path = dir.path + "/proxy.sock";
         options.session = "s-test";
         options.max_body_bytes = max_body;
+        if (rotation_cap > 0) options.log_rotation_cap = [rotation_cap] { return rotation_cap; };
         options.log = [this](const reaper::LogRecord& record) {
             std::lock_guard lock(log_mutex);
             log.push_back(record);
@@ -342,6 +346,56 @@ BOOST_AUTO_TEST_CASE(add_label_adds_the_label_and_keeps_the_rest_of_the_text) {
         }
     }
     BOOST_TEST(add_label("{}", "reaperd.session", "a\"b") == R"({"Labels":{"reaperd.session":"a\"b"}})");
+}
+
+// Docker's own rotation (max-size = half the cap, max-file = 2) goes where the engine reads it,
+// the rest of the body byte for byte; a tool's own choice of max-size or max-file, a driver
+// that does not rotate, and fields the engine would not read as objects leave the body alone.
+BOOST_AUTO_TEST_CASE(add_log_rotation_adds_rotation_where_the_engine_reads_it) {
+    const std::string r = R"("max-file":"2","max-size":"2000")";
+    struct Row {
+        std::string body;
+        std::string default_driver;
+        std::optional<std::string> expected;
+    };
+    const std::vector<Row> rows{
+        {R"({"Image":"x"})", "json-file", R"({"HostConfig":{"LogConfig":{"Config":{)" + r + R"(}}},"Image":"x"})"},
+        {R"({"Image":"x","HostConfig":null})", "local", R"({"Image":"x","HostConfig":{"LogConfig":{"Config":{)" + r + R"(}}}})"},
+        {R"({"HostConfig":{"Memory":12345678901234567890}})", "json-file",
+         R"({"HostConfig":{"LogConfig":{"Config":{)" + r + R"(}},"Memory":12345678901234567890}})"},
+        {R"({"HostConfig":{"LogConfig":null}})", "json-file", R"({"HostConfig":{"LogConfig":{"Config":{)" + r + R"(}}}})"},
+        {R"({"HostConfig":{"LogConfig":{"Type":"","Config":{}}}})", "json-file",
+         R"({"HostConfig":{"LogConfig":{"Type":"","Config":{)" + r + R"(}}}})"},
+        {R"({"HostConfig":{"LogConfig":{"Type":"json-file","Config":null}}})", "journald",
+         R"({"HostConfig":{"LogConfig":{"Type":"json-file","Config":{)" + r + R"(}}}})"},
+        {R"({"hostconfig":{"logconfig":{"type":"local","config":{"compress":"false"}}}})", "",
+         R"({"hostconfig":{"logconfig":{"type":"local","config":{)" + r + R"(,"compress":"false"}}}})"},
+        {R"({"HostConfig":{"LogConfig":{"Type":"json-file"}}})", "",
+         R"({"HostConfig":{"LogConfig":{"Config":{)" + r + R"(},"Type":"json-file"}}})"},
+        // The tool's own rotation is its choice, whichever half of it it gives.
+        {R"({"HostConfig":{"LogConfig":{"Type":"json-file","Config":{"max-size":"5m"}}}})", "json-file", std::nullopt},
+        {R"({"HostConfig":{"LogConfig":{"Type":"","Config":{"max-file":"9"}}}})", "json-file", std::nullopt},
+        // Drivers that rotate nothing, and an engine whose default is not known.
+        {R"({"HostConfig":{"LogConfig":{"Type":"journald"}}})", "json-file", std::nullopt},
+        {R"({"Image":"x"})", "syslog", std::nullopt},
+        {R"({"Image":"x"})", "", std::nullopt},
+        // Not where the engine reads it, or named twice: left for the engine to judge.
+        {R"({"HostConfig":{"LogConfig":{"Type":"json-file","Config":"x"}}})", "json-file", std::nullopt},
+        {R"({"HostConfig":{"LogConfig":{"Type":7}}})", "json-file", std::nullopt},
+        {R"({"HostConfig":{},"hostconfig":{}})", "json-file", std::nullopt},
+        // A container exempt by its label; one whose label sets a cap of its own.
+        {R"({"Labels":{"reaperd.log-max-size":"0"}})", "json-file", std::nullopt},
+        {R"({"Labels":{"reaperd.log-max-size":"10k"}})", "json-file",
+         R"({"HostConfig":{"LogConfig":{"Config":{"max-file":"2","max-size":"5000"}}},"Labels":{"reaperd.log-max-size":"10k"}})"},
+    };
+    for (const auto& row : rows) {
+        BOOST_TEST_CONTEXT(row.body << " default " << row.default_driver) {
+            const auto out = add_log_rotation(row.body, row.default_driver, 4000);
+            BOOST_TEST((out == row.expected), (out ? *out : std::string("nullopt")));
+            if (out) BOOST_TEST(parse_object(*out)->size() >= 1u);
+        }
+    }
+    BOOST_TEST(!add_log_rotation(R"({"Image":"x"})", "json-file", 1).has_value());  // half of it is 0
 }
 
 BOOST_AUTO_TEST_CASE(add_label_refuses_what_it_cannot_label_without_overwriting) {
@@ -444,6 +498,46 @@ BOOST_AUTO_TEST_CASE(labels_creates_whatever_their_framing_and_counts_what_the_e
     BOOST_TEST(stats.networks == 1u);
     BOOST_TEST(stats.volumes == 1u);
     BOOST_TEST(stats.refused == 0u);
+}
+
+// Docker's engine: the default driver comes from GET /info, asked once; every create without
+// rotation of its own gets it and is counted; a tool's own max-size is passed on as it is.
+// Podman (Libpod-Api-Version on its answers) gets none, and no /info (1.7 s there).
+BOOST_AUTO_TEST_CASE(container_creates_get_log_rotation_on_docker_and_not_on_podman) {
+    for (const bool podman : {false, true}) {
+        BOOST_TEST_CONTEXT((podman ? "podman" : "docker")) {
+            Fixture f(answering([podman](const std::string& head, const std::string&) {
+                          if (head.starts_with("GET /_ping"))
+                              return "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n" +
+                                     std::string(podman ? "Libpod-Api-Version: 4.3.1\r\n" : "") + "\r\nOK";
+                          if (head.starts_with("GET /info")) return json_answer(200, R"({"LoggingDriver":"json-file"})");
+                          return json_answer(201, R"({"Id":"c1","Warnings":[]})");
+                      }),
+                      16 * 1024 * 1024, 2 * 1024 * 1024);
+            auto tool = f.client();
+            for (const std::string body : {R"({"Image":"a"})", R"({"Image":"b"})",
+                                           R"({"Image":"c","HostConfig":{"LogConfig":{"Config":{"max-size":"5m"}}}})"}) {
+                tool->send(post("/v1.41/containers/create", body));
+                auto head = tool->head();
+                BOOST_TEST(head.starts_with("HTTP/1.1 201"));
+                tool->body(head);
+            }
+            std::vector<std::string> creates;
+            int infos = 0;
+            for (const auto& request : f.engine.seen()) {
+                if (request.starts_with("POST")) creates.push_back(body_of(request));
+                infos += request.starts_with("GET /info");
+            }
+            BOOST_REQUIRE(creates.size() == 3u);
+            BOOST_TEST(infos == (podman ? 0 : 1));
+            const std::string rotation = R"({"HostConfig":{"LogConfig":{"Config":{"max-file":"2","max-size":"1048576"}}},)";
+            BOOST_TEST(creates[0] == (podman ? "" : rotation) + std::string(podman ? "{" : "") +
+                                         R"("Labels":{"reaperd.session":"s-test"},"Image":"a"})");
+            BOOST_TEST(creates[2] == R"({"Labels":{"reaperd.session":"s-test"},"Image":"c","HostConfig":{"LogConfig":{"Config":{"max-size":"5m"}}}})");
+            BOOST_TEST(eventually([&] { return f.proxy->stats().containers == 3u; }));
+            BOOST_TEST(f.proxy->stats().rotated == (podman ? 0u : 2u));
+        }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(a_different_label_value_is_refused_400_and_never_reaches_the_engine) {

@@ -1,6 +1,7 @@
 #include <reaper/session.hpp>
 
 #include <reaper/control.hpp>
+#include <reaper/log_rotation.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -28,7 +29,6 @@ std::string describe(const std::exception_ptr& error) {
     }
 }
 
-bool driver_takes_caps(const std::string& driver) { return driver == "json-file" || driver == "local"; }
 
 void sleep_until_at_most(Clock::time_point deadline, milliseconds step) {
     auto now = Clock::now();
@@ -198,18 +198,29 @@ void Session::open_created(const ContainerSpec& requested, const std::vector<std
         throw std::invalid_argument("container spec already carries label " + options_.label_key + "=" +
                                     label->second + ", not this session's " + session_id_);
     if (spec.log_config.type.empty()) spec.log_config.type = options_.log_driver;
-    if (driver_takes_caps(spec.log_config.type))
-        for (const auto& [key, value] : options_.log_caps) spec.log_config.options.emplace(key, value);
     open_marker_ = random_hex(4);  // 128 bits: no other open anywhere picks the same
     spec.labels[open_marker_label] = open_marker_;
 
     open_with([&] {
+        add_log_rotation(spec);  // after the lease is taken: its reply tells reaperd's cap
         created_ = true;
         container_id_ = engine_->create(spec);
         log(LogLevel::Debug, "created container from image " + spec.image);
         engine_->start(container_id_);
         wait_ready(probe, ready_timeout);
     });
+}
+
+void Session::add_log_rotation(ContainerSpec& spec) const {
+    if (!options_.rotate_logs || !driver_rotates(spec.log_config.type) || sets_rotation(spec.log_config.options))
+        return;
+    std::uint64_t cap = default_log_cap_bytes;
+    if (options_.log_cap_bytes) {
+        cap = *options_.log_cap_bytes;
+    } else if (lease_keeper_) {
+        if (const auto reply = lease_keeper_->lease_reply(); reply && reply->log_max_size) cap = *reply->log_max_size;
+    }
+    spec.log_config.options.merge(rotation_options(log_cap_for(spec.labels, cap)));
 }
 
 void Session::attach(const std::string& id_or_name) {

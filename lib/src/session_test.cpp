@@ -88,7 +88,7 @@ BOOST_FIXTURE_TEST_CASE(create_labels_caps_and_teardown, Fixture) {
     auto created = fake.spec(session.container_id());
     BOOST_TEST(created.labels.at("reaperd.session") == session.id());
     BOOST_TEST(created.log_config.type == "json-file");
-    BOOST_TEST(created.log_config.options.at("max-size") == "10m");
+    BOOST_TEST(created.log_config.options.at("max-size") == "536870912");
     BOOST_TEST(created.log_config.options.at("max-file") == "2");
     BOOST_TEST(created.network_mode == "none");
     const auto& marker = created.labels.at(open_marker_label);
@@ -111,19 +111,65 @@ BOOST_FIXTURE_TEST_CASE(create_labels_caps_and_teardown, Fixture) {
     BOOST_TEST(fake.close_calls() == 1);
 }
 
-BOOST_FIXTURE_TEST_CASE(custom_label_key_session_id_and_log_caps, Fixture) {
+BOOST_FIXTURE_TEST_CASE(custom_label_key_and_session_id, Fixture) {
     auto o = options();
     o.session_id = "build-42";
     o.label_key = "example.owner";
-    o.log_caps = {{"max-size", "1m"}, {"max-file", "3"}};
     Session session(o);
-    auto s = spec();
-    s.log_config.options["max-size"] = "5m";  // the spec's own choice wins
-    session.create(s);
-    auto created = fake.spec(session.container_id());
-    BOOST_TEST(created.labels.at("example.owner") == "build-42");
-    BOOST_TEST(created.log_config.options.at("max-size") == "5m");
-    BOOST_TEST(created.log_config.options.at("max-file") == "3");
+    session.create(spec());
+    BOOST_TEST(fake.spec(session.container_id()).labels.at("example.owner") == "build-42");
+}
+
+// Docker's own rotation within the cap (reaper/log_rotation.hpp): max-size = half the cap in
+// plain bytes, max-file = 2; a spec that sets either keeps all its log options as given.
+BOOST_FIXTURE_TEST_CASE(log_rotation_at_creation, Fixture) {
+    struct Row {
+        const char* what;
+        std::string driver;
+        std::map<std::string, std::string> own;
+        std::map<std::string, std::string> labels;
+        std::optional<std::uint64_t> cap;
+        bool rotate;
+        std::map<std::string, std::string> expected;
+    };
+    const std::vector<Row> rows{
+        {"default cap (reaperd's default logs.max_size, 1 GiB)", "", {}, {}, std::nullopt, true,
+         {{"max-size", "536870912"}, {"max-file", "2"}}},
+        {"a cap of 2 MiB", "", {}, {}, 2 * 1024 * 1024, true, {{"max-size", "1048576"}, {"max-file", "2"}}},
+        {"local driver", "local", {}, {}, 2 * 1024 * 1024, true, {{"max-size", "1048576"}, {"max-file", "2"}}},
+        {"own max-size kept, no max-file added", "json-file", {{"max-size", "5m"}}, {}, 2 * 1024 * 1024, true,
+         {{"max-size", "5m"}}},
+        {"own max-file kept, no max-size added", "json-file", {{"max-file", "7"}}, {}, 2 * 1024 * 1024, true,
+         {{"max-file", "7"}}},
+        {"other own options stay beside", "local", {{"compress", "false"}}, {}, 4000, true,
+         {{"compress", "false"}, {"max-size", "2000"}, {"max-file", "2"}}},
+        {"the label's cap, decimal as reaperd reads it", "", {}, {{"reaperd.log-max-size", "10m"}},
+         2 * 1024 * 1024, true, {{"max-size", "5000000"}, {"max-file", "2"}}},
+        {"a label exempting the container", "", {}, {{"reaperd.log-max-size", "0"}}, std::nullopt, true, {}},
+        {"a label that does not parse: the cap", "", {}, {{"reaperd.log-max-size", "lots"}}, 4000, true,
+         {{"max-size", "2000"}, {"max-file", "2"}}},
+        {"caps off", "", {}, {}, 0, true, {}},
+        {"rotation off", "", {}, {}, std::nullopt, false, {}},
+        {"a driver that rotates nothing", "journald", {}, {}, std::nullopt, true, {}},
+    };
+    for (const auto& row : rows) {
+        BOOST_TEST_CONTEXT(row.what) {
+            FakeEngine engine;
+            auto o = options();
+            o.engine_factory = [&engine] { return engine.connection(); };
+            o.log_cap_bytes = row.cap;
+            o.rotate_logs = row.rotate;
+            Session session(o);
+            auto s = spec();
+            s.log_config.type = row.driver;
+            s.log_config.options = row.own;
+            s.labels.insert(row.labels.begin(), row.labels.end());
+            session.create(s);
+            const auto created = engine.spec(session.container_id());
+            BOOST_TEST(created.log_config.type == (row.driver.empty() ? "json-file" : row.driver));
+            BOOST_TEST((created.log_config.options == row.expected));
+        }
+    }
 }
 
 BOOST_FIXTURE_TEST_CASE(other_log_drivers_are_left_alone, Fixture) {
@@ -592,6 +638,26 @@ BOOST_FIXTURE_TEST_CASE(lease_held_while_open_and_orphan_reported, Fixture) {
     BOOST_TEST(requests[1].container == id);
     BOOST_TEST(requests[1].session == session.id());
     BOOST_TEST(fake.close_calls() == 1);
+}
+
+// Without a cap of its own, a Session keeps its log within the cap reaperd's lease reply names;
+// a reply without one (an older reaperd) leaves the default.
+BOOST_FIXTURE_TEST_CASE(rotation_follows_the_cap_in_the_lease_reply, Fixture) {
+    for (const auto& [told, expected] : std::vector<std::pair<std::optional<std::uint64_t>, std::string>>{
+             {2 * 1024 * 1024, "1048576"}, {std::nullopt, "536870912"}}) {
+        FakeEngine engine;
+        FakeControlServer server;
+        control::Reply reply;
+        reply.log_max_size = told;
+        server.set_lease_reply(reply);
+        auto o = options();
+        o.engine_factory = [&engine] { return engine.connection(); };
+        o.use_daemon = true;
+        o.control_socket = server.socket_path();
+        Session session(o);
+        session.create(spec());
+        BOOST_TEST(engine.spec(session.container_id()).log_config.options.at("max-size") == expected);
+    }
 }
 
 BOOST_FIXTURE_TEST_CASE(failed_open_releases_the_lease, Fixture) {

@@ -212,10 +212,11 @@ BOOST_AUTO_TEST_CASE(the_docker_cli_through_the_proxy_leaves_nothing_behind) {
             BOOST_TEST_MESSAGE(cli << " (" << docker_version(cli) << "): the script took " << ms_since(started)
                                    << " ms through the proxy");
             BOOST_TEST(f.last->stdout_text().find("all-ok") != std::string::npos);
-            // d, run -i, logs, attach, create+rm: 5 made; the refused one never reached the engine.
+            // d, run -i, logs, attach, create+rm: 5 made, each given the engine's own log
+            // rotation; the refused one never reached the engine.
             const auto summary = f.last->stderr_text();
             BOOST_TEST(summary.find("labelled 5 containers, 0 networks, 0 volumes with reaperd.session=" + session +
-                                    "; refused 1 request") != std::string::npos,
+                                    "; set log rotation on 5 containers; refused 1 request") != std::string::npos,
                        summary);
             f.expect_reaped(session, 4);
         }

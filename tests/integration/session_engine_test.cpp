@@ -67,7 +67,7 @@ BOOST_FIXTURE_TEST_CASE(created_container_has_label_and_log_caps, Fixture) {
     auto info = observer.inspect(session.container_id());
     BOOST_TEST(info.labels.at(label_key) == session.id());
     BOOST_TEST(info.log_driver == "json-file");
-    BOOST_TEST(info.log_options.at("max-size") == "10m");
+    BOOST_TEST(info.log_options.at("max-size") == "536870912");  // half of the default 1 GiB cap
     BOOST_TEST(info.log_options.at("max-file") == "2");
     BOOST_TEST(info.state.running);
 }

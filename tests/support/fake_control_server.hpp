@@ -4,7 +4,7 @@
 // leases are held (a lease lasts while its connection is open; a proxy's lease takes updates
 // on it). Destroying it closes every connection, as a stopping reaperd does. With
 // refuse_proxies(), it answers a lease with "proxy" as a daemon older than proxies did, and
-// closes.
+// closes. With set_lease_reply(), a lease is answered with that reply (reaperd's log terms).
 #pragma once
 
 #include <reaper/control.hpp>
@@ -56,6 +56,12 @@ public:
         return requests_;
     }
     void refuse_proxies() { refuse_proxies_ = true; }
+    // What a lease is answered from now on (ok is set): e.g. log_max_size.
+    void set_lease_reply(control::Reply reply) {
+        std::lock_guard lock(mutex_);
+        reply.ok = true;
+        lease_reply_ = control::encode_reply(reply);
+    }
     // Leases whose connection is still open, by session.
     int leases_held(const std::string& session) {
         std::lock_guard lock(mutex_);
@@ -109,11 +115,12 @@ private:
                         reply = control::encode_error("unexpected field \"proxy\" for op \"lease\"");
                         close = true;
                     } else {
+                        reply = control::encode_ok();
                         if (request.op == control::Op::Lease) {
                             ++live_leases_[request.session];
                             leases.push_back(request.session);
+                            reply = lease_reply_;
                         }
-                        reply = control::encode_ok();
                     }
                 } catch (const std::exception& e) {
                     reply = control::encode_error(e.what());
@@ -141,6 +148,7 @@ private:
     std::mutex mutex_;
     std::vector<control::Request> requests_;
     std::map<std::string, int> live_leases_;
+    std::string lease_reply_ = control::encode_ok();
     std::atomic<bool> refuse_proxies_{false};
 };
 

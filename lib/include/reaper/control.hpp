@@ -6,8 +6,9 @@
 // each with one reply line: {"ok":true,...} or {"ok":false,"error":"<what was wrong>"}.
 // A malformed or oversized request gets an error reply and the daemon closes the connection.
 //
-//   {"op":"lease","session":"S"}              -> {"ok":true}; the lease lasts while the
-//                                                 connection stays open
+//   {"op":"lease","session":"S"}              -> {"ok":true[,"log_max_size":N,
+//                                                 "log_rotate_at_create":B]}; the lease lasts
+//                                                 while the connection stays open
 //   {"op":"lease","session":"S","proxy":true,"containers_labelled":N,...}
 //                                             -> {"ok":true}; a lease whose holder runs a
 //                                                 labelling proxy, which may then send
@@ -167,6 +168,11 @@ struct Reply {
     std::string state;                    // "leased", "grace", "ended", "unclaimed"; "" unknown
     std::optional<bool> ready;            // reaperd has listed the engine: its counts are complete
     std::optional<KindCounts> remaining;  // what of the session reaperd still sees, by kind
+    // lease: reaperd's log cap for the session's containers (logs.max_size in bytes; 0 = it caps
+    // no log) and whether it wants a labelling proxy to set Docker's own rotation on the
+    // containers it creates (logs.rotate_at_create). A daemon older than these sends neither.
+    std::optional<std::uint64_t> log_max_size;
+    std::optional<bool> log_rotate_at_create;
 
     // The sum over `remaining` (0 when unset).
     std::uint64_t remaining_total() const;
@@ -332,6 +338,10 @@ public:
     // false if that did not happen within `limit` (real time), e.g. before start() or after
     // stop(). Thread-safe; changes nothing the thread would not have done on its own wake-up.
     bool settle(std::chrono::milliseconds limit = std::chrono::seconds{30});
+    // The daemon's reply to the lease request of the lease held now, or of the last one held
+    // (what it said of its log cap: Reply::log_max_size); nullopt before any lease was taken.
+    // Any thread, any time.
+    std::optional<Reply> lease_reply() const;
 
     const std::string& session() const noexcept { return session_; }
 

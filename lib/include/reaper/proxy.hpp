@@ -4,7 +4,13 @@
 // The proxy serves a private unix socket for the tool (its DOCKER_HOST) and passes every
 // request through to the real engine unchanged, except
 //   POST [/vX.Y]/containers/create, /networks/create, /volumes/create
-// whose JSON body gets label_key=session added to its top-level "Labels". A body whose labels
+// whose JSON body gets label_key=session added to its top-level "Labels", and a container
+// create whose log driver rotates (json-file or local: the body's HostConfig.LogConfig.Type, or
+// the engine's default from GET /info) and whose log options set neither max-size nor max-file
+// also gets Docker's own rotation within reaperd's cap (ProxyOptions::log_rotation_cap;
+// reaper/log_rotation.hpp), on Docker only: Podman (an engine whose answers carry
+// Libpod-Api-Version) maps json-file to its k8s-file, where max-size makes conmon truncate the
+// file to nothing and max-file does not exist, which keeps less than reaperd's cut. A body whose labels
 // already give label_key another value, a body that is not a JSON object, and one over
 // max_body_bytes are answered 400 {"message":"..."} as the engine words its errors, logged,
 // and never sent on; the same value is fine. Everything else, reads included, goes through
@@ -32,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -55,6 +62,12 @@ struct ProxyOptions {
     // quick; what it throws is ignored. reaperctl hands stats() to its lease keeper, which
     // tells reaperd (control::LeaseKeeperOptions::proxy).
     std::function<void()> on_labelled;
+    // The cap within which a container create gets Docker's own log rotation (see the top of
+    // this file); 0 = none. Called at each container create, from the proxy's threads, several
+    // at a time: it must be thread-safe and quick. Empty = no rotation. reaperctl answers from
+    // its lease's reply (reaperd's logs.max_size and logs.rotate_at_create), with
+    // default_log_cap_bytes before any reply or from a reaperd older than those fields.
+    std::function<std::uint64_t()> log_rotation_cap;
 };
 
 // Counters since start(); read at any time from any thread.
@@ -62,6 +75,7 @@ struct ProxyStats {
     std::uint64_t containers = 0;  // creates labelled and answered 2xx by the engine
     std::uint64_t networks = 0;
     std::uint64_t volumes = 0;
+    std::uint64_t rotated = 0;      // of those containers, the ones given log rotation
     std::uint64_t refused = 0;      // requests answered 400 by the proxy itself
     std::uint64_t connections = 0;  // tool connections accepted
     std::uint64_t open_connections = 0;
@@ -117,5 +131,15 @@ class LabelRefused : public std::runtime_error {
 // with defaults from an empty body). Throws LabelRefused when the body is not a JSON object,
 // its Labels is not an object or null, or it already gives `key` another value.
 std::string add_label(std::string_view body, std::string_view key, std::string_view value);
+
+// `body` (a JSON object: what add_label returned) with max-size and max-file added to
+// HostConfig.LogConfig.Config (rotation_options(cap), cap from log_cap_for(the body's Labels,
+// cap_bytes)), when its log driver rotates: LogConfig.Type, or `default_driver` when that is
+// absent, null or "". nullopt (the body stays as it is) when the driver does not rotate or is
+// unknown (default_driver ""), the options set max-size or max-file, the cap is 0, or the
+// fields are not where the engine would read them (not objects, or named twice: Go's decoder
+// matches field names case-insensitively). The rest of the text is kept byte for byte.
+std::optional<std::string> add_log_rotation(std::string_view body, std::string_view default_driver,
+                                            std::uint64_t cap_bytes);
 
 }  // namespace reaper

@@ -30,8 +30,10 @@
 //   as an orphan (when reachable) and logged. Then the lease is released and the client
 //   closed, always, whatever happened before.
 // - Every container a Session creates carries the session label (SessionOptions::label_key =
-//   session id) and log caps from its creation on, so reaperd can find and cap it even if
-//   this process dies while opening.
+//   session id) from its creation on, so reaperd can find it even if this process dies while
+//   opening; and, with the json-file or local driver and no max-size or max-file of the spec's
+//   own, Docker's own rotation within reaperd's cap (SessionOptions::rotate_logs; the rule is
+//   reaper/log_rotation.hpp's), so its log never needs reaperd's cut.
 // - reaperd lease: while open (use_daemon), the session keeps a lease on its id through a
 //   control::LeaseKeeper, one background thread per Session: when reaperd stops or restarts
 //   (SIGTERM, SIGKILL, an upgrade) it reconnects after 100 ms, then with doubling waits
@@ -49,6 +51,7 @@
 #include <reaper/template.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <map>
@@ -111,10 +114,18 @@ struct SessionOptions {
 
     // Label put on every created container: label_key=<session id>.
     std::string label_key = "reaperd.session";
-    // Log caps for created containers whose spec uses the json-file or local driver (or
-    // none, which becomes log_driver): options the spec does not set are added.
+    // The driver of created containers whose spec names none.
     std::string log_driver = "json-file";
-    std::map<std::string, std::string> log_caps{{"max-size", "10m"}, {"max-file", "2"}};
+    // Docker's own rotation for created containers whose driver is json-file or local and
+    // whose spec sets neither max-size nor max-file (a spec that sets either keeps all its
+    // options as given): max-size = half the cap, max-file = 2 (log_rotation_options()).
+    bool rotate_logs = true;
+    // The cap the rotation keeps within. Unset: what reaperd said in the reply to the lease
+    // held when the container is created (its logs.max_size; 0, caps off, sets no rotation),
+    // else default_log_cap_bytes (reaperd's default) when there is no lease or the daemon is
+    // older than that reply field. A spec's reaperd.log-max-size label wins over both, as it
+    // does in reaperd.
+    std::optional<std::uint64_t> log_cap_bytes;
 
     // Talk to reaperd: keep a lease from open to close, report orphans at teardown. An
     // unreachable daemon is not an error (logged at Info); the lease is taken when it answers.
@@ -218,6 +229,9 @@ private:
     void open_created(const ContainerSpec& spec, const std::vector<std::string>& probe,
                       std::chrono::milliseconds ready_timeout);
     void acquire_lease();
+    // The log options `spec` gets: its own, or Docker's rotation within the cap (see
+    // SessionOptions::rotate_logs).
+    void add_log_rotation(ContainerSpec& spec) const;
     void wait_ready(const std::vector<std::string>& probe, std::chrono::milliseconds timeout);
     void cleanup_failed_open() noexcept;
     void remove_container(TeardownResult& result, bool force_first) noexcept;

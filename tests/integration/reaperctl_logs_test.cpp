@@ -1,0 +1,145 @@
+// `reaperctl logs` against the real engine (issue 21, point 3): a container writes numbered
+// lines (every 100th to stderr), the test punches the oldest part of its json-file log out
+// itself, block aligned, as reaperd's capper does (fallocate PUNCH_HOLE | KEEP_SIZE), and then
+// `reaperctl logs --tail 5` prints the 5 newest lines, plain `reaperctl logs` everything after
+// the hole (stdout and stderr apart), and `reaperctl logs -f` the lines written after it
+// started. Docker 23+'s plain `docker logs` shows nothing after such a hole; it is printed for
+// the record. Run on each engine: default (20.10), REAPER_TEST_ENGINE=docker-trixie (26.1) and
+// docker-sid (28.5).
+#include "daemon_fixture.hpp"
+#include "engine.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include <linux/falloc.h>
+#include <sys/stat.h>
+
+using namespace reaperd::itest;
+
+namespace {
+
+// Lines "line N", 3000 at once, then one every 100 ms; N % 100 == 0 goes to stderr.
+const char* const writer =
+    "i=0; while [ $i -lt 3000 ]; do if [ $((i % 100)) -eq 0 ]; then echo line $i >&2; else echo line $i; fi; "
+    "i=$((i+1)); done; while true; do echo line $i; i=$((i+1)); sleep 0.1; done";
+
+std::vector<int> numbers(const std::string& text) {
+    std::vector<int> out;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        int n = -1;
+        BOOST_TEST(std::sscanf(line.c_str(), "line %d", &n) == 1, line);
+        out.push_back(n);
+    }
+    return out;
+}
+
+std::vector<std::string> logs_argv(const std::string& id, std::vector<std::string> options) {
+    std::vector<std::string> argv{REAPERCTL_PATH, "logs", "--engine", reaper::test::engine().address()};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back(id);
+    return argv;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_follows) {
+    char pattern[] = "/tmp/reaperctl-logs.XXXXXX";
+    const std::string dir = ::mkdtemp(pattern);
+    reaper::ContainerSpec spec;
+    spec.name = reaper::test::unique_name("logs-writer");
+    spec.image = reaper::test::PrivateEngine::image;
+    spec.cmd = {"sh", "-c", writer};
+    spec.network_mode = "none";
+    const auto id = engine_client().create(spec);
+    engine_client().start(id);
+    const auto path = engine_client().inspect(id).log_path;
+    BOOST_TEST_REQUIRE(eventually([&] { return fs::file_size(path) > 200'000; }), path);
+    // Into the slow phase for ~15 lines, so that the newest entries are all of it: the engine
+    // copies stderr apart, and its entries of the burst can land after stdout's last ones.
+    std::this_thread::sleep_for(1500ms);
+
+    // The cut, as reaperd's capper makes it: the oldest ~100 KB, rounded down to whole blocks.
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    BOOST_TEST_REQUIRE(fd >= 0);
+    struct stat st {};
+    ::fstat(fd, &st);
+    const auto punched = 100'000 / st.st_blksize * st.st_blksize;
+    const int rc = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, punched);
+    const int error = errno;
+    ::close(fd);
+    BOOST_TEST_REQUIRE(rc == 0, "fallocate PUNCH_HOLE on the engine's log: " << std::strerror(error));
+    BOOST_TEST_MESSAGE("plain docker logs after the punch (Docker 23+ stops at the hole), lines: "
+                       << shell_output("timeout 10 " + reaper::test::test_engine().docker_cli() + " --host " +
+                                       reaper::test::engine().address() + " logs " + id + " 2>&1 | wc -l"));
+
+    Child tail(dir, logs_argv(id, {"--tail", "5"}));
+    BOOST_TEST(tail.wait(30s) == 0, tail.stderr_text());
+    BOOST_TEST(tail.stderr_text().empty());
+    const auto newest = numbers(tail.stdout_text());
+    BOOST_REQUIRE_MESSAGE(newest.size() == 5u, "reaperctl logs --tail 5 printed:\n" << tail.stdout_text() << tail.stderr_text());
+    BOOST_TEST(newest.front() >= 3005);
+    for (std::size_t i = 1; i < newest.size(); ++i) BOOST_TEST(newest[i] == newest[i - 1] + 1);
+
+    Child all(dir, logs_argv(id, {}));
+    BOOST_TEST(all.wait(30s) == 0, all.stderr_text());
+    const auto out = numbers(all.stdout_text());
+    const auto err = numbers(all.stderr_text());
+    BOOST_REQUIRE(!out.empty());
+    BOOST_REQUIRE(!err.empty());
+    // Everything after the hole: from the first whole line past it (lines are ~70 bytes, the
+    // hole ~100 KB: well past line 1000), each line once, stdout and stderr apart. The engine
+    // copies the two streams apart, so where a stream's lines sit in the file relative to the
+    // other's is its own: each stream is checked on its own.
+    BOOST_TEST(out.front() > 1000);
+    BOOST_TEST(out.back() >= 2999);
+    for (std::size_t i = 1; i < out.size(); ++i) {
+        const int expected = out[i - 1] + 1 + ((out[i - 1] + 1) % 100 == 0 && out[i - 1] + 1 < 3000 ? 1 : 0);
+        BOOST_TEST(out[i] == expected);
+    }
+    BOOST_TEST(err.back() == 2900);
+    for (std::size_t i = 1; i < err.size(); ++i) BOOST_TEST(err[i] == err[i - 1] + 100);
+    BOOST_TEST_MESSAGE("reaperctl logs: stdout lines " << out.front() << " to " << out.back() << ", stderr lines "
+                                                       << err.front() << " to " << err.back() << " after a hole of "
+                                                       << punched << " bytes");
+
+    Child follower(dir, logs_argv(id, {"-f", "--tail", "1"}));
+    std::this_thread::sleep_for(2s);  // the writer adds ~20 lines meanwhile
+    BOOST_TEST(follower.running(), follower.stderr_text());
+    engine_client().remove(id, {true, true});  // the follower ends with its container
+    BOOST_TEST(follower.wait(30s) == 0, follower.stderr_text());
+    const auto followed = numbers(follower.stdout_text());
+    BOOST_TEST(followed.size() >= 5u);
+    BOOST_TEST(followed.back() > out.back());
+    for (std::size_t i = 1; i < followed.size(); ++i) BOOST_TEST(followed[i] == followed[i - 1] + 1);
+
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+}
+
+BOOST_AUTO_TEST_CASE(logs_refuses_what_it_cannot_read) {
+    char pattern[] = "/tmp/reaperctl-logs.XXXXXX";
+    const std::string dir = ::mkdtemp(pattern);
+    Child missing(dir, logs_argv("no-such-container-" + reaper::test::unique_name("x"), {}));
+    BOOST_TEST(missing.wait(30s) == 1);
+    BOOST_TEST(missing.stderr_text().find("no such container") != std::string::npos, missing.stderr_text());
+
+    reaper::ContainerSpec spec;
+    spec.name = reaper::test::unique_name("logs-none");
+    spec.image = reaper::test::PrivateEngine::image;
+    spec.cmd = {"true"};
+    spec.network_mode = "none";
+    spec.log_config.type = "none";
+    const auto id = engine_client().create(spec);
+    Child none(dir, logs_argv(id, {}));
+    BOOST_TEST(none.wait(30s) == 1);
+    BOOST_TEST(none.stderr_text().find("json-file logs only") != std::string::npos, none.stderr_text());
+    engine_client().remove(id, {true, true});
+
+    Child usage(dir, {REAPERCTL_PATH, "logs", "--tail", "x", id});
+    BOOST_TEST(usage.wait(30s) == 64);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+}
