@@ -12,7 +12,7 @@
 // Usage: logcap_bench [seconds]   (default 20 per phase). Exit status 1 when a bound is not
 // held.
 #include "engine.hpp"
-#include "logcap.hpp"
+#include "logcap/logcap.hpp"
 #include "reaperd_child.hpp"
 
 #include <reaper/client.hpp>

@@ -1,7 +1,7 @@
 #include "daemon.hpp"
 
 #include "log.hpp"
-#include "logcap.hpp"
+#include "logcap/logcap.hpp"
 #include "notify.hpp"
 #include "policy.hpp"
 
@@ -452,7 +452,7 @@ void Daemon::start_up(TimePoint now) {
         LogCapper::Options capper_options;
         capper_options.logs = config_.logs;
         // Started before the watcher: the logs known from the last run are capped while the
-        // first list is still on its way (logcap.hpp).
+        // first list is still on its way (logcap/logcap.hpp).
         capper_options.persist_path = config_.state.dir + "/logcap.json";
         try {
             capper_ = std::make_unique<LogCapper>(guard_, capper_options);

@@ -9,7 +9,7 @@
 // Adding a value: its enumerator, its row in the table, and the code that acts on it: the
 // switches over the enum do not build warning-free (-Wswitch) until they handle it
 // (an end reason: daemon.cpp's end_message; a log action: daemon.cpp's capper_actions, the
-// engine act in logcap_records.cpp's engine_action and the worker's counter in logcap.cpp).
+// engine act in logcap/logcap_records.cpp's engine_action and the worker's counter in logcap/logcap.cpp).
 // The docs check (vocabulary_test) then names the docs to extend.
 // Names are what users filter and alert on, and what old state files hold: never rename one.
 #pragma once

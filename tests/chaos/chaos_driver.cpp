@@ -975,7 +975,7 @@ int Chaos::judge() {
     // When no reaperd process existed (from a kill until the next start), and the first
     // `reaperd_boot` of each start: nothing can cap a log then. Everything else counts for
     // the log bound, a reaperd still waiting for the engine's first list included: it caps
-    // the logs known from its last run from its start (logcap.hpp).
+    // the logs known from its last run from its start (daemon/logcap/logcap.hpp).
     std::vector<Window> no_reaperd;
     {
         Ms down = 0;

@@ -3,7 +3,7 @@
 // the same through a running reaperd child.
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
-#include "logcap.hpp"
+#include "logcap/logcap.hpp"
 
 #include <reaper/client.hpp>
 
