@@ -1173,6 +1173,7 @@ std::string Daemon::render_metrics() const {
         gauges.log_action_failures = counters.action_failures;
         gauges.log_unopenable = counters.log_unopenable;
         gauges.log_open_failures = counters.log_open_failures;
+        gauges.log_cut_fallbacks = counters.cut_fallbacks;
     }
     gauges.process = read_process_stats();
     gauges.log_actions = capper_actions();

@@ -93,6 +93,18 @@ inline constexpr std::array<Named<CapReason>, 2> cap_reason_names{{
 }};
 std::string_view to_string(CapReason reason) noexcept;
 std::optional<CapReason> cap_reason_from_string(std::string_view name) noexcept;
+
+// How a cut shortens a live log: CUT_METHOD= of its records.
+enum class CutMethod {
+    punch_hole,  // the oldest part's blocks freed, the apparent size and offsets kept
+    truncate,    // the file truncated to 0
+};
+inline constexpr std::array<Named<CutMethod>, 2> cut_method_names{{
+    {CutMethod::punch_hole, "punch_hole"},
+    {CutMethod::truncate, "truncate"},
+}};
+std::string_view to_string(CutMethod method) noexcept;
+std::optional<CutMethod> cut_method_from_string(std::string_view name) noexcept;
 }  // namespace logcap
 
 std::string_view to_string(EndReason reason) noexcept;
