@@ -13,6 +13,7 @@
 // held.
 #include "engine.hpp"
 #include "logcap/logcap.hpp"
+#include "logcap/logcap_file.hpp"
 #include "reaperd_child.hpp"
 
 #include <reaper/client.hpp>
@@ -49,14 +50,14 @@ constexpr std::uint64_t bound_bytes = 11 * MiB;
 constexpr double cpu_bound_percent = 10.0;
 constexpr auto sample_period = 10ms;  // 100 Hz
 
+// The bytes on disk of the live file and its rotations, as the capper counts them (a punched
+// cut leaves the apparent size growing).
 std::uint64_t log_bytes(const fs::path& live) {
     std::error_code ec;
-    std::uint64_t total = fs::file_size(live, ec);
-    if (ec) total = 0;
+    std::uint64_t total = reaperd::logcap::allocated_bytes(live.string());
     for (auto& entry : fs::directory_iterator(live.parent_path(), ec)) {
         if (!reaperd::is_rotation(entry.path().filename().string(), live.filename().string())) continue;
-        auto n = fs::file_size(entry.path(), ec);
-        if (!ec) total += n;
+        total += reaperd::logcap::allocated_bytes(entry.path().string());
     }
     return total;
 }

@@ -1118,6 +1118,7 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
     counters.set("log_bytes_dropped",
                  capper_ ? capper_->counters().log_bytes_dropped : std::uint64_t{0});
     counters.set("log_unopenable", capper_ ? capper_->counters().log_unopenable : std::uint64_t{0});
+    counters.set("log_cut_fallbacks", capper_ ? capper_->counters().cut_fallbacks : std::uint64_t{0});
     Poco::JSON::Object actions;
     auto all_actions = metrics_.actions();
     for (const auto& [kind, count] : capper_actions()) all_actions[kind] += count;

@@ -24,6 +24,7 @@
 //                         "in_flight"}],
 //    "counters": {"reaps_done", "reaps_failed", "engine_reconnects", "log_bytes_dropped",
 //                 "log_unopenable" (logs in scope it cannot open now),
+//                 "log_cut_fallbacks" (log cuts that truncated instead of punching),
 //                 "networks_reaped", "volumes_reaped",
 //                 "actions": {"<kind>": n},
 //                 "guard": {"<outcome>": n}}}   (guard.hpp: what the door made of each call)

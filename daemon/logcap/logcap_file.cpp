@@ -29,6 +29,11 @@ std::string live_path(const LogFiles& files) { return files.dir + "/" + files.li
 
 std::uint64_t allocated_bytes(const struct stat& st) { return static_cast<std::uint64_t>(st.st_blocks) * 512; }
 
+std::uint64_t allocated_bytes(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? allocated_bytes(st) : 0;
+}
+
 RotatedScan scan_rotations(const LogFiles& files) {
     RotatedScan scan;
     std::unique_ptr<DIR, DirCloser> dir(::opendir(files.dir.c_str()));

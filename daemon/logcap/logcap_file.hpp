@@ -27,8 +27,10 @@
 
 namespace reaperd::logcap {
 
-// The bytes a file holds on disk.
+// The bytes a file holds on disk (st_blocks * 512): what the capper counts of a log. The
+// path form is 0 when the file cannot be stat'ed (not there yet, or rotated away).
 std::uint64_t allocated_bytes(const struct stat& st);
+std::uint64_t allocated_bytes(const std::string& path);
 
 // The rotations (<live>.N, <live>.N.gz) beside a live file, newest (.1) first, with the
 // bytes each holds on disk.

@@ -49,7 +49,7 @@ std::uint64_t headroom_for(double bytes_per_second) {
 }
 
 std::uint64_t mark_for(std::uint64_t cap_bytes, std::uint64_t headroom_bytes) {
-    return cap_bytes - std::min(cap_bytes / 4, headroom_bytes);
+    return cap_bytes - std::min(cap_bytes / 16 * 7, headroom_bytes);
 }
 
 std::uint64_t keep_for(std::uint64_t cap_bytes) { return cap_bytes / 2; }

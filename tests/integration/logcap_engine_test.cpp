@@ -4,6 +4,7 @@
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
 #include "logcap/logcap.hpp"
+#include "logcap/logcap_file.hpp"
 
 #include <reaper/client.hpp>
 
@@ -144,14 +145,17 @@ std::uint64_t size_of(const fs::path& path) {
     return ec ? 0 : n;
 }
 
-// The live file plus its rotations, as the capper counts them.
+// The bytes a file holds on disk: a punched cut leaves its apparent size growing.
+std::uint64_t allocated_of(const fs::path& path) { return logcap::allocated_bytes(path.string()); }
+
+// The live file plus its rotations, as the capper counts them: the bytes on disk.
 std::uint64_t log_bytes(const ContainerLog& c) {
     fs::path live = c.log_path;
-    std::uint64_t total = size_of(live);
+    std::uint64_t total = allocated_of(live);
     std::error_code ec;
     for (auto& entry : fs::directory_iterator(live.parent_path(), ec))
         if (is_rotation(entry.path().filename().string(), live.filename().string()))
-            total += size_of(entry.path());
+            total += allocated_of(entry.path());
     return total;
 }
 
