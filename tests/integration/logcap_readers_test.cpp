@@ -114,6 +114,7 @@ private:
 std::uint64_t cpu_ticks(int pid) {
     std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
     std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    BOOST_REQUIRE_MESSAGE(stat.rfind(')') != std::string::npos, "cannot read /proc/" << pid << "/stat");
     std::istringstream fields(stat.substr(stat.rfind(')') + 2));
     std::string field;
     std::uint64_t utime = 0, stime = 0;
@@ -179,9 +180,12 @@ struct Cpu {
     std::uint64_t uncut_ticks = 0;
 };
 
-void check_readers(const std::string& writer, const std::string& what, bool lagging_follower_may_end) {
+// `driver`: "json-file" (the acceptance) or "local" (binary frames; measured and told, with
+// the follower and --tail held to the same bar).
+void check_readers(const std::string& writer, const std::string& what, bool lagging_follower_may_end,
+                   const std::string& driver = "json-file") {
     BOOST_TEST_REQUIRE(engine().kind() == reaper::test::EngineKind::docker,
-                       "Docker's json-file readers; Podman's k8s-file is measured elsewhere");
+                       "Docker's json-file and local readers; Podman's k8s-file is not measured here");
     reaperd::itest::Reaperd daemon("", "logs:\n  max_size: 2MiB\n");
     daemon.start();
     const std::string session = unique_name("readers");
@@ -208,6 +212,7 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
         spec.labels = std::move(extra);
         spec.labels["reaper.test"] = "logcap-readers";
         spec.labels["reaperd.session"] = session;
+        spec.log_config.type = driver;
         auto id = client.create(spec);
         created.push_back(id);
         client.start(id);
@@ -217,7 +222,9 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     // dockerd's CPU during a --tail.
     const std::string uncut = make("seq 1 33000; exec sleep 600", {{"reaperd.log-max-size", "0"}});
     const std::string id = make(writer, {});
-    const std::string log = client.inspect(id).log_path;
+    const std::string log = driver == "local"
+                                ? engine().data_root() + "/containers/" + id + "/local-logs/container.log"
+                                : client.inspect(id).log_path;
     BOOST_TEST_REQUIRE(!log.empty());
     Follower follower(id, daemon.dir + "/follower.out");
 
@@ -252,7 +259,7 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
 
     // --tail 200 answers promptly with the 200 newest lines, consecutive.
     std::vector<std::uint64_t> on_disk;
-    readable_newest_bytes(log, on_disk);
+    if (driver == "json-file") readable_newest_bytes(log, on_disk);
     const std::uint64_t newest_before = on_disk.empty() ? 0 : on_disk.back();
     auto tail = run("timeout 6 " + docker("logs --tail 200 " + id) + " 2>&1");
     std::vector<std::uint64_t> lines;
@@ -277,13 +284,29 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
         max_allocated = std::max(max_allocated, reaperd::logcap::allocated_bytes(log));
         std::this_thread::sleep_until(next);
     }
-    std::vector<std::uint64_t> kept;
-    const auto readable = readable_newest_bytes(log, kept);
-    BOOST_TEST_MESSAGE(what << ": most bytes on disk over 2 s " << max_allocated << " (cap " << cap
-                            << "); newest readable " << readable << " bytes, " << kept.size() << " lines");
+    BOOST_TEST_MESSAGE(what << ": most bytes on disk over 2 s " << max_allocated << " (cap " << cap << ")");
     BOOST_TEST(max_allocated <= cap + cap / 10);
-    BOOST_TEST(readable >= cap / 2);
-    BOOST_TEST(consecutive(kept));
+    if (driver == "json-file") {
+        std::vector<std::uint64_t> kept;
+        const auto readable = readable_newest_bytes(log, kept);
+        BOOST_TEST_MESSAGE(what << ": newest readable past the holes " << readable << " bytes, " << kept.size()
+                                << " lines");
+        BOOST_TEST(readable >= cap / 2);
+        BOOST_TEST(consecutive(kept));
+    } else {
+        // The local driver's frames are not read here: what --tail gives of the kept part. A
+        // --tail reaching past the kept part into the hole gives nothing at all (seen with
+        // 1,000,000), so ask for about the lines half the cap holds.
+        auto all = run("timeout 10 " + docker("logs --tail 10000 " + id) + " 2>/dev/null");
+        std::vector<std::uint64_t> kept;
+        std::istringstream text(all.text);
+        for (std::string line; std::getline(text, line);) kept.push_back(std::strtoull(line.c_str(), nullptr, 10));
+        std::size_t run_from = kept.size();
+        while (run_from > 1 && kept[run_from - 1] == kept[run_from - 2] + 1) --run_from;
+        BOOST_TEST_MESSAGE(what << ": --tail 10000 gave " << kept.size() << " lines, the newest "
+                                << kept.size() - std::min(kept.size(), run_from - 1) << " consecutive");
+        BOOST_TEST(kept.size() >= 200u);
+    }
 
     // dockerd's CPU during --tail: no more than for the same call on a log never cut. Five
     // calls of each, alternated, against the background of the writer's own logging.
@@ -318,4 +341,9 @@ BOOST_AUTO_TEST_CASE(a_runaway_under_a_2mib_cap_keeps_its_follower_tail_and_newe
 
 BOOST_AUTO_TEST_CASE(a_slow_line_writer_under_a_2mib_cap_keeps_its_follower_tail_and_newest_half) {
     check_readers(slow, "slow writer", false);
+}
+
+// Issue 21, point 4: the local driver (binary frames) after punched cuts, measured.
+BOOST_AUTO_TEST_CASE(a_slow_line_writer_with_the_local_driver_keeps_its_follower_and_tail) {
+    check_readers(slow, "slow writer, local driver", false, "local");
 }
