@@ -23,7 +23,7 @@
 // log reached 19.5 MiB. An entry whose file is gone, or is another file now (device and
 // inode), is dropped quietly. Until the engine's word on a loaded container arrives (add()),
 // only its file is cut: a stop, kill or remove needs the door's inspect, so a log past its
-// cap is truncated then whatever logs.action says.
+// cap is cut then whatever logs.action says.
 #pragma once
 
 #include "config.hpp"

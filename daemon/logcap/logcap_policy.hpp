@@ -83,7 +83,7 @@ struct CapTarget {  // one watched container, as the decision sees it
     std::string id;
     bool owned = false;  // carries a session label
     CapSetting cap;
-    std::uint64_t log_bytes = 0;       // live file plus its rotations
+    std::uint64_t log_bytes = 0;       // live file plus its rotations, bytes on disk
     std::uint64_t headroom_bytes = 0;  // headroom_for(its growth rate)
     // Stopped or killed by the capper and not written since: it cannot grow, so it neither
     // needs acting on again nor counts toward the budget (its file stays, as the user chose
