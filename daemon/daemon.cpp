@@ -1,7 +1,7 @@
 #include "daemon.hpp"
 
 #include "log.hpp"
-#include "logcap.hpp"
+#include "logcap/logcap.hpp"
 #include "notify.hpp"
 #include "policy.hpp"
 
@@ -457,7 +457,7 @@ void Daemon::start_up(TimePoint now) {
         LogCapper::Options capper_options;
         capper_options.logs = config_.logs;
         // Started before the watcher: the logs known from the last run are capped while the
-        // first list is still on its way (logcap.hpp).
+        // first list is still on its way (logcap/logcap.hpp).
         capper_options.persist_path = config_.state.dir + "/logcap.json";
         try {
             capper_ = std::make_unique<LogCapper>(guard_, capper_options);
@@ -1127,6 +1127,7 @@ std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQu
     counters.set("log_bytes_dropped",
                  capper_ ? capper_->counters().log_bytes_dropped : std::uint64_t{0});
     counters.set("log_unopenable", capper_ ? capper_->counters().log_unopenable : std::uint64_t{0});
+    counters.set("log_cut_fallbacks", capper_ ? capper_->counters().cut_fallbacks : std::uint64_t{0});
     Poco::JSON::Object actions;
     auto all_actions = metrics_.actions();
     for (const auto& [kind, count] : capper_actions()) all_actions[kind] += count;
@@ -1182,6 +1183,7 @@ std::string Daemon::render_metrics() const {
         gauges.log_action_failures = counters.action_failures;
         gauges.log_unopenable = counters.log_unopenable;
         gauges.log_open_failures = counters.log_open_failures;
+        gauges.log_cut_fallbacks = counters.cut_fallbacks;
     }
     gauges.process = read_process_stats();
     gauges.log_actions = capper_actions();

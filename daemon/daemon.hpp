@@ -24,6 +24,7 @@
 //                         "in_flight"}],
 //    "counters": {"reaps_done", "reaps_failed", "engine_reconnects", "log_bytes_dropped",
 //                 "log_unopenable" (logs in scope it cannot open now),
+//                 "log_cut_fallbacks" (log cuts that truncated instead of punching),
 //                 "networks_reaped", "volumes_reaped",
 //                 "actions": {"<kind>": n},
 //                 "guard": {"<outcome>": n}}}   (guard.hpp: what the door made of each call)
@@ -72,7 +73,7 @@ struct DaemonOptions {
     std::string engine_address;   // for log records
     bool handle_signals = true;   // SIGTERM/SIGINT stop, SIGHUP reloads
     bool control_server = true;   // serve config.control.socket (and metrics.listen, if set)
-    bool log_caps = true;         // run the log capper (logcap.hpp)
+    bool log_caps = true;         // run the log capper (logcap/logcap.hpp)
     // How long a stop waits for removals in flight before saving state and exiting (real
     // time, whatever `clock` says).
     std::chrono::milliseconds stop_timeout{std::chrono::seconds{20}};

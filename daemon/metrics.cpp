@@ -285,6 +285,10 @@ std::string Metrics::render(const Gauges& gauges) const {
     header(out, "reaperd_log_open_failures_total", "counter",
            "Containers whose log reaperd could not open, each warned about once.");
     out << "reaperd_log_open_failures_total " << gauges.log_open_failures << '\n';
+    header(out, "reaperd_log_cut_fallbacks_total", "counter",
+           "Log cuts that truncated the live file to 0 instead of punching out its oldest part: "
+           "its file system refused the punch, or its apparent size neared the largest file.");
+    out << "reaperd_log_cut_fallbacks_total " << gauges.log_cut_fallbacks << '\n';
     header(out, "reaperd_control_refused_total", "counter",
            "Control connections and leases refused by a limit (control.max_connections, "
            "control.max_connections_per_uid, control.max_leases_per_uid), by reason.");

@@ -64,6 +64,7 @@ struct Gauges {
     std::uint64_t log_action_failures = 0;  // the capper's engine calls that failed
     std::uint64_t log_unopenable = 0;        // logs in scope the capper cannot open now
     std::uint64_t log_open_failures = 0;     // warnings it gave for those, one per container
+    std::uint64_t log_cut_fallbacks = 0;     // cuts that truncated instead of punching
     std::optional<ProcessStats> process;
 };
 

@@ -7,6 +7,10 @@ std::string_view to_string(CapReason reason) noexcept { return name_in(cap_reaso
 std::optional<CapReason> cap_reason_from_string(std::string_view name) noexcept {
     return value_in(cap_reason_names, name);
 }
+std::string_view to_string(CutMethod method) noexcept { return name_in(cut_method_names, method); }
+std::optional<CutMethod> cut_method_from_string(std::string_view name) noexcept {
+    return value_in(cut_method_names, name);
+}
 }  // namespace logcap
 
 std::string_view to_string(EndReason reason) noexcept { return name_in(end_reason_names, reason); }

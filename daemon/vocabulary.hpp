@@ -9,7 +9,7 @@
 // Adding a value: its enumerator, its row in the table, and the code that acts on it: the
 // switches over the enum do not build warning-free (-Wswitch) until they handle it
 // (an end reason: daemon.cpp's end_message; a log action: daemon.cpp's capper_actions, the
-// engine act in logcap_records.cpp's engine_action and the worker's counter in logcap.cpp).
+// engine act in logcap/logcap_records.cpp's engine_action and the worker's counter in logcap/logcap.cpp).
 // The docs check (vocabulary_test) then names the docs to extend.
 // Names are what users filter and alert on, and what old state files hold: never rename one.
 #pragma once
@@ -93,6 +93,18 @@ inline constexpr std::array<Named<CapReason>, 2> cap_reason_names{{
 }};
 std::string_view to_string(CapReason reason) noexcept;
 std::optional<CapReason> cap_reason_from_string(std::string_view name) noexcept;
+
+// How a cut shortens a live log: CUT_METHOD= of its records.
+enum class CutMethod {
+    punch_hole,  // the oldest part's blocks freed, the apparent size and offsets kept
+    truncate,    // the file truncated to 0
+};
+inline constexpr std::array<Named<CutMethod>, 2> cut_method_names{{
+    {CutMethod::punch_hole, "punch_hole"},
+    {CutMethod::truncate, "truncate"},
+}};
+std::string_view to_string(CutMethod method) noexcept;
+std::optional<CutMethod> cut_method_from_string(std::string_view name) noexcept;
 }  // namespace logcap
 
 std::string_view to_string(EndReason reason) noexcept;

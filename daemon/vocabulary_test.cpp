@@ -66,6 +66,8 @@ BOOST_AUTO_TEST_CASE(every_value_has_exactly_one_name_and_names_round_trip) {
     check_table(log_action_names, [](LogAction a) { return to_string(a); }, log_action_from_string);
     check_table(logcap::cap_reason_names, [](logcap::CapReason r) { return logcap::to_string(r); },
                 logcap::cap_reason_from_string);
+    check_table(logcap::cut_method_names, [](logcap::CutMethod m) { return logcap::to_string(m); },
+                logcap::cut_method_from_string);
 }
 
 // The names users filter on (REASON=, the metric labels, status, the state file) are those

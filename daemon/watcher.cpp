@@ -4,6 +4,7 @@
 #include "registry.hpp"  // format_rfc3339
 
 #include <random>
+#include <utility>
 
 namespace reaperd {
 
@@ -81,6 +82,7 @@ void Watcher::stop() {
     }
     wake_.notify_all();
     lookup_ready_.notify_all();
+    root_known_.notify_all();
     if (thread_.joinable()) thread_.join();
     for (auto& t : lookup_threads_)
         if (t.joinable()) t.join();
@@ -109,8 +111,23 @@ void Watcher::queue_lookup_locked(const std::string& id) {
 void Watcher::run_lookups() {
     std::unique_lock lock(mutex_);
     for (;;) {
-        lookup_ready_.wait(lock, [this] { return stopping_ || !lookup_queue_.empty(); });
+        lookup_ready_.wait(lock, [this] { return stopping_ || root_wanted_ || !lookup_queue_.empty(); });
         if (stopping_) return;
+        if (std::exchange(root_wanted_, false)) {
+            lock.unlock();
+            // An engine that will not say leaves the capper to learn it from a json-file
+            // LogPath; one that is gone fails the list too.
+            std::string root;
+            try {
+                root = engine_.info().docker_root_dir;
+            } catch (const reaper::EngineError&) {
+            }
+            lock.lock();
+            docker_root_dir_ = std::move(root);
+            root_pending_ = false;
+            root_known_.notify_all();
+            continue;
+        }
         std::string id = std::move(lookup_queue_.front());
         lookup_queue_.pop_front();
         lookups_[id].queued = false;
@@ -126,6 +143,8 @@ void Watcher::run_lookups() {
             failed = true;
         }
         lock.lock();
+        if (info && info->log_driver == "local")
+            root_known_.wait(lock, [this] { return stopping_ || !root_pending_; });
         if (auto known = known_.find(id); known != known_.end() && !stopping_) {
             // Asked again at the next list (the stream breaks too when the engine is away).
             known->second.lookup_failed = failed;
@@ -278,17 +297,13 @@ void Watcher::list_and_reconcile() {
     reaper::ListOptions options;
     options.all = true;
     // The log capper finds local-driver logs under the data root. Asked at every list, as
-    // the engine may have restarted with another. An engine that will not say leaves the
-    // capper to learn it from a json-file LogPath; one that is gone fails the list below.
-    std::string root;
-    try {
-        root = engine_.info().docker_root_dir;
-    } catch (const reaper::EngineError&) {
-    }
+    // the engine may have restarted with another, beside the list (see docker_root_dir_).
     {
         std::lock_guard lock(mutex_);
-        docker_root_dir_ = root;
+        root_wanted_ = true;
+        root_pending_ = true;
     }
+    lookup_ready_.notify_one();
     // Every row is reported from the list itself: the loop is ready at the first Listed, and
     // log info is fetched after it, on the lookup threads, for the containers it asks about.
     auto summaries = engine_.list_containers(options);

@@ -164,7 +164,15 @@ private:
     std::map<std::string, Lookup> lookups_;
     std::deque<std::string> lookup_queue_;
     std::condition_variable lookup_ready_;
-    std::string docker_root_dir_;            // from the engine's info at the last list
+    // The engine's data root, from GET /info asked at each list on a lookup thread rather
+    // than before the list: Podman answers /info in ~1.7 s, and a container created during
+    // reaperd's start-up was known (and its log capped) only after it, 356 MB into a `yes`
+    // log under a 10 MiB cap (issue 21). Only the local driver needs it: a lookup that found
+    // one waits for the pass's answer (root_pending_), the others go on at once.
+    std::string docker_root_dir_;
+    bool root_wanted_ = false;   // a lookup thread is to ask /info
+    bool root_pending_ = false;  // asked and not answered yet
+    std::condition_variable root_known_;
     std::thread thread_;
     std::vector<std::thread> lookup_threads_;
 };

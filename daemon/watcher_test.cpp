@@ -171,7 +171,7 @@ BOOST_AUTO_TEST_CASE(faults_during_list_and_inspect_are_retried) {
     watcher.stop();
 }
 
-BOOST_AUTO_TEST_CASE(appeared_containers_carry_the_engines_data_root) {
+BOOST_AUTO_TEST_CASE(log_info_answers_carry_the_engines_data_root) {
     FakeEngine engine;
     engine.docker_root_dir = "/srv/docker";
     engine.add("a", {});
@@ -179,12 +179,69 @@ BOOST_AUTO_TEST_CASE(appeared_containers_carry_the_engines_data_root) {
     Watcher watcher(engine, fast(), std::ref(rec));
     watcher.start();
     BOOST_TEST(rec.wait([&] { return rec.appeared("a"); }));
+    watcher.want_log_info("a");
     engine.add("b", {});  // by the events stream, after the list
     BOOST_TEST(rec.wait([&] { return rec.appeared("b"); }));
+    watcher.want_log_info("b");
+    auto answers = [&] {
+        std::lock_guard lock(rec.mutex);
+        return std::count_if(rec.events.begin(), rec.events.end(), [](const WatchEvent& e) {
+            auto* a = std::get_if<watch::Appeared>(&e);
+            return a && a->log_info;
+        });
+    };
+    BOOST_TEST(rec.wait([&] { return answers() == 2; }));
     watcher.stop();
     std::lock_guard lock(rec.mutex);
     for (auto& e : rec.events)
-        if (auto* a = std::get_if<watch::Appeared>(&e)) BOOST_TEST(a->docker_root_dir == "/srv/docker");
+        if (auto* a = std::get_if<watch::Appeared>(&e); a && a->log_info) BOOST_TEST(a->docker_root_dir == "/srv/docker");
+}
+
+// Issue 21: Podman answers GET /info in ~1.7 s, and it was asked before each list, so a
+// container created while reaperd started was known, and its log capped, only after it (a
+// `yes` log reached 356 MB under a 10 MiB cap). The list, the events and the lookups of logs
+// that do not need the data root go on while /info is out; a local-driver lookup waits for it.
+BOOST_AUTO_TEST_CASE(a_slow_info_holds_neither_the_list_nor_the_events_nor_json_file_lookups) {
+    FakeEngine engine;
+    engine.docker_root_dir = "/srv/docker";
+    engine.add("a", {});
+    engine.add("l", {});
+    engine.update_containers([](reaper::ContainerInfo& c) {
+        c.log_driver = c.id == "l" ? "local" : "json-file";
+        if (c.id == "a") c.log_path = "/srv/docker/containers/a/a-json.log";
+    });
+    std::mutex gate_mutex;
+    std::condition_variable gate_cv;
+    bool open = false;
+    engine.before("info", [&] {
+        std::unique_lock lock(gate_mutex);
+        gate_cv.wait(lock, [&] { return open; });
+    });
+    Recorder rec;
+    Watcher watcher(engine, fast(), std::ref(rec));
+    watcher.start();
+    BOOST_TEST_REQUIRE(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    BOOST_TEST(rec.appeared("a"));
+    engine.add("b", {});  // by the events stream, while /info is still out
+    BOOST_TEST(rec.wait([&] { return rec.appeared("b"); }));
+    auto answer = [&](const std::string& id) -> std::optional<watch::Appeared> {
+        std::lock_guard lock(rec.mutex);
+        for (auto& e : rec.events)
+            if (auto* a = std::get_if<watch::Appeared>(&e); a && a->log_info && a->info.id == id) return *a;
+        return std::nullopt;
+    };
+    watcher.want_log_info("a");
+    watcher.want_log_info("l");
+    BOOST_TEST(rec.wait([&] { return answer("a").has_value(); }));
+    BOOST_TEST(!answer("l").has_value());  // waits for the data root
+    {
+        std::lock_guard lock(gate_mutex);
+        open = true;
+    }
+    gate_cv.notify_all();
+    BOOST_TEST_REQUIRE(rec.wait([&] { return answer("l").has_value(); }));
+    BOOST_TEST(answer("l")->docker_root_dir == "/srv/docker");
+    watcher.stop();
 }
 
 BOOST_AUTO_TEST_CASE(an_engine_that_will_not_give_its_info_is_still_watched) {

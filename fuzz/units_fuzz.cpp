@@ -7,7 +7,7 @@
 
 #include "config.hpp"
 #include "engine_port.hpp"
-#include "logcap_policy.hpp"
+#include "logcap/logcap_policy.hpp"
 #include "registry.hpp"
 
 #include <reaper/client.hpp>

@@ -13,6 +13,7 @@
 // proxy-mode NAME, faults-end. With --out-dir DIR it also writes its samples there as CSV
 // (log-samples.csv, reaperd-samples.csv).
 #include "engine.hpp"
+#include "logcap/logcap_file.hpp"
 
 #include <reaper/client.hpp>
 #include <reaper/control.hpp>
@@ -637,7 +638,8 @@ private:
                         logs.push_back({name, boxes_.at(name).log_path});
             }
             for (auto& [name, path] : logs) {
-                // The log file and any rotated siblings (path.1, path.2, ...).
+                // The log file and any rotated siblings (path.1, path.2, ...), the bytes on
+                // disk: a punched cut leaves the apparent size growing.
                 std::uint64_t total = 0;
                 std::error_code ec;
                 fs::path p(path);
@@ -646,9 +648,7 @@ private:
                     auto file = it->path().filename().string();
                     if (file == p.filename().string() ||
                         file.rfind(p.filename().string() + ".", 0) == 0) {
-                        std::error_code size_ec;
-                        auto size = fs::file_size(it->path(), size_ec);
-                        if (!size_ec) total += size;
+                        total += reaperd::logcap::allocated_bytes(it->path().string());
                     }
                 }
                 if (!ec) {
@@ -975,7 +975,7 @@ int Chaos::judge() {
     // When no reaperd process existed (from a kill until the next start), and the first
     // `reaperd_boot` of each start: nothing can cap a log then. Everything else counts for
     // the log bound, a reaperd still waiting for the engine's first list included: it caps
-    // the logs known from its last run from its start (logcap.hpp).
+    // the logs known from its last run from its start (daemon/logcap/logcap.hpp).
     std::vector<Window> no_reaperd;
     {
         Ms down = 0;

@@ -154,6 +154,13 @@ ClientOptions PrivateEngine::client_options() const {
     return options;
 }
 
+int PrivateEngine::daemon_pid() const {
+    if (kind_ == EngineKind::podman) return -1;
+    std::ifstream in(dir_ + "/docker.pid");  // engine-guard's --pidfile
+    int pid = -1;
+    return in >> pid ? pid : -1;
+}
+
 std::string PrivateEngine::command(const std::string& line) {
     guard_->out << line << std::endl;
     std::string answer;

@@ -68,6 +68,9 @@ public:
     // --root (its graph root; a container's log is vfs-containers/<id>/userdata/ctr.log).
     std::string data_root() const { return dir_ + (kind_ == EngineKind::podman ? "/root" : "/data"); }
     std::string socket_path() const { return dir_ + "/docker.sock"; }
+    // The dockerd's pid, from its pid file (for its CPU time in /proc); -1 for Podman, whose
+    // service writes none, or while the engine is down.
+    int daemon_pid() const;
     std::string address() const { return "unix://" + socket_path(); }
     ClientOptions client_options() const;
     // "tcp://127.0.0.1:PORT" of an engine made with a tls_dir, else "".
@@ -117,6 +120,9 @@ public:
 
     const EngineProfile& profile() const { return profile_; }
     std::string socket_path() const { return dir_ + "/docker.sock"; }
+    // The dockerd's pid, from its pid file (for its CPU time in /proc); -1 for Podman, whose
+    // service writes none, or while the engine is down.
+    int daemon_pid() const;
     std::string address() const { return "unix://" + socket_path(); }
     ClientOptions client_options() const;
     // What the front wrote (its start line, anything it failed on).

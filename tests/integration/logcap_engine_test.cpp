@@ -3,7 +3,8 @@
 // the same through a running reaperd child.
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
-#include "logcap.hpp"
+#include "logcap/logcap.hpp"
+#include "logcap/logcap_file.hpp"
 
 #include <reaper/client.hpp>
 
@@ -144,14 +145,17 @@ std::uint64_t size_of(const fs::path& path) {
     return ec ? 0 : n;
 }
 
-// The live file plus its rotations, as the capper counts them.
+// The bytes a file holds on disk: a punched cut leaves its apparent size growing.
+std::uint64_t allocated_of(const fs::path& path) { return logcap::allocated_bytes(path.string()); }
+
+// The live file plus its rotations, as the capper counts them: the bytes on disk.
 std::uint64_t log_bytes(const ContainerLog& c) {
     fs::path live = c.log_path;
-    std::uint64_t total = size_of(live);
+    std::uint64_t total = allocated_of(live);
     std::error_code ec;
     for (auto& entry : fs::directory_iterator(live.parent_path(), ec))
         if (is_rotation(entry.path().filename().string(), live.filename().string()))
-            total += size_of(entry.path());
+            total += allocated_of(entry.path());
     return total;
 }
 
@@ -187,15 +191,20 @@ BOOST_AUTO_TEST_CASE(truncate_keeps_a_runaway_running_and_its_log_under_the_cap)
     BOOST_TEST_REQUIRE(!c.log_path.empty());
     capper.add(c);
     auto max = max_size_over(c, 5s);
-    BOOST_TEST_MESSAGE("max log size over 5 s: " << max << " bytes; cuts: " << capper.counters().truncations);
-    BOOST_TEST(max <= 10 * MiB);
+    BOOST_TEST_MESSAGE("max bytes on disk over 5 s: " << max << " bytes; cuts: " << capper.counters().truncations);
+    // A cut keeps the newest half of the cap now (issue 21), so a runaway has 7/16 of the cap
+    // between its mark and the cap where it had half: within issue 21's bound of 1.1x the cap
+    // (seen: 11.4 MB at a load average of 9.4 on the 2 cores, the capper's thread waiting).
+    BOOST_TEST(max <= 11 * MiB);
     BOOST_TEST(capper.counters().truncations > 0u);
-    BOOST_TEST(capper.counters().log_bytes_dropped >= 5 * MiB);  // a cut comes at half the cap or later
+    BOOST_TEST(capper.counters().log_bytes_dropped >= 5 * MiB);  // a cut comes at 9/16 of the cap or later
     BOOST_TEST(f.running(id));
     BOOST_TEST(f.records.count("ACTION", "truncate") > 0u);
-    // The writer is still writing, from the start of the file.
+    BOOST_TEST(f.records.count("CUT_METHOD", "punch_hole") > 0u);
+    // The writer is still writing, at the same offsets: the apparent size only grows.
     auto before = f.client.inspect(id).state.started_at;
-    BOOST_TEST(eventually([&] { return size_of(c.log_path) > 0; }));
+    const auto apparent = size_of(c.log_path);
+    BOOST_TEST(eventually([&] { return size_of(c.log_path) > apparent; }));
     BOOST_TEST(f.client.inspect(id).state.started_at == before);
 }
 

@@ -3,7 +3,7 @@
 // (and so the label "1k") says the cap is: 1000 bytes, decimal. Had Docker read it as 1024,
 // the rotated file would hold one record more than the check allows.
 #include "engine.hpp"
-#include "logcap_policy.hpp"
+#include "logcap/logcap_policy.hpp"
 
 #include <reaper/client.hpp>
 #include <reaper/units.hpp>

@@ -6,8 +6,10 @@
 // file itself cannot be watched), an fstat of the live file on each event, rate-limited to
 // one round of checks per check gap (Options::min_check_interval); and every logs.check_interval a full
 // re-measure of every log, as a backstop for anything inotify missed. Deciding is pure
-// (logcap_policy.hpp). Truncation happens on the watcher thread itself, so a cut comes
-// within microseconds of the check; stop, kill and remove go through the guarded door
+// (logcap_policy.hpp). Cuts happen on the watcher thread itself, so a cut comes within
+// microseconds of the check; a cut punches out the oldest part of the live file and keeps the
+// newest half of the cap (logcap_policy.hpp CutPlan, logcap_file.hpp LogFile::cut), and sizes
+// are the bytes on disk, since a punched file's apparent size keeps growing; stop, kill and remove go through the guarded door
 // (guard.hpp: a fresh inspect, ownership under the current sessions.labels, dry run) on a
 // worker thread, so a slow engine never delays another container's cut. The watcher's parts:
 // logcap_file.hpp (one log on disk: the live fd, its identity, the sizes, the cut),
@@ -21,12 +23,13 @@
 // log reached 19.5 MiB. An entry whose file is gone, or is another file now (device and
 // inode), is dropped quietly. Until the engine's word on a loaded container arrives (add()),
 // only its file is cut: a stop, kill or remove needs the door's inspect, so a log past its
-// cap is truncated then whatever logs.action says.
+// cap is cut then whatever logs.action says.
 #pragma once
 
 #include "config.hpp"
 #include "guard.hpp"
 #include "log.hpp"
+#include "logcap_file.hpp"
 #include "logcap_policy.hpp"
 #include "unique_fd.hpp"
 
@@ -73,6 +76,9 @@ struct LogCapCounters {
     std::uint64_t log_unopenable = 0;
     // Warnings given for those: one per container, however often its log comes and goes.
     std::uint64_t log_open_failures = 0;
+    // Cuts that truncated a live file rather than punching it: its file system refused the
+    // punch, or its apparent size neared the file system's largest file.
+    std::uint64_t cut_fallbacks = 0;
 };
 
 class LogCapper {
@@ -107,6 +113,8 @@ public:
         // a clock it moves forward itself, then calls settle(), instead of sleeping through a
         // window. Called on the watcher thread (and in start(), before it runs).
         std::function<std::chrono::steady_clock::time_point()> clock = &std::chrono::steady_clock::now;
+        // How cuts reach the file system; a test injects a refusal (EOPNOTSUPP) here.
+        logcap::CutCalls cut_calls = logcap::system_cut_calls();
         LogSink sink = [](Priority p, std::string_view id, std::string_view message,
                           std::vector<LogField> fields) { log(p, id, message, std::move(fields)); };
     };
@@ -206,7 +214,8 @@ private:
 
     struct AtomicCounters {
         std::atomic<std::uint64_t> log_bytes_dropped{0}, truncations{0}, stops{0}, kills{0},
-            removals{0}, action_failures{0}, check_rounds{0}, log_unopenable{0}, log_open_failures{0};
+            removals{0}, action_failures{0}, check_rounds{0}, log_unopenable{0}, log_open_failures{0},
+            cut_fallbacks{0};
     } counters_;
 };
 

@@ -102,6 +102,8 @@ struct Watched {
     Clock::time_point fed_at{};
 
     logcap::CutCoalescer cuts;  // truncations not yet told (see Options::log_coalesce)
+    // Its file system refused a punch: it is cut by truncating from then on (one warning).
+    bool punch_refused = false;
 
     std::uint64_t log_bytes() const { return log.log_bytes(); }
     logcap::RecordSubject subject() const { return {info.id, info.name, info.session}; }
@@ -481,12 +483,13 @@ struct LogCapper::Loop {
     }
 
     // ---- acting --------------------------------------------------------------------------
-    void truncate(Watched& w, CapReason reason, Clock::time_point now) {
+    void truncate(Watched& w, CapReason reason, const logcap::CutPlan& plan, Clock::time_point now) {
         // A rotation may have happened since the last event was read: cut the file that is
         // at the path now, never a renamed rotation through a stale fd.
         w.log.close_if_replaced(*w.files);
         ensure_watch(w);
-        const logcap::CutOutcome cut = w.log.cut(*w.files);
+        const std::uint64_t apparent = w.log.apparent_bytes();
+        const logcap::CutOutcome cut = w.log.cut(*w.files, plan, options().cut_calls);
         measure(w, now, false);
         if (cut.error != 0) {
             owner.counters_.action_failures++;
@@ -497,10 +500,37 @@ struct LogCapper::Loop {
                        logcap::live_path(*w.files) + ": " + errno_text(cut.error) + "; will retry",
                    std::move(fields));
         }
+        if (cut.live_method == logcap::CutMethod::truncate) owner.counters_.cut_fallbacks++;
+        if (cut.punch_refused && !std::exchange(w.punch_refused, true)) {
+            auto fields = logcap::container_fields(w.subject(), "truncate");
+            fields.push_back({"LOG_PATH", logcap::live_path(*w.files)});
+            fields.push_back({"ERROR", errno_text(cut.punch_error)});
+            fields.push_back({"ERRNO", std::to_string(cut.punch_error)});
+            record(Priority::warning, {},
+                   "the file system of " + logcap::live_path(*w.files) + " cannot punch holes (" +
+                       errno_text(cut.punch_error) + "): the log of " + logcap::describe(w.subject()) +
+                       " is cut by truncating it to 0, which drops its newest lines too and leaves Docker 23+'s "
+                       "`docker logs -f` waiting and `--tail` spinning for that container",
+                   std::move(fields));
+        }
+        if (plan.at_size_limit && cut.live_method == logcap::CutMethod::truncate) {
+            auto fields = logcap::container_fields(w.subject(), "truncate");
+            fields.push_back({"LOG_PATH", logcap::live_path(*w.files)});
+            fields.push_back({"LOG_APPARENT_BYTES", std::to_string(apparent)});
+            fields.push_back({"LOG_MAX_FILE_BYTES", std::to_string(w.log.max_file_bytes())});
+            record(Priority::warning, {},
+                   "the log of " + logcap::describe(w.subject()) + " has an apparent size of " + format_size(apparent) +
+                       " after its punched cuts, near its file system's largest file (" +
+                       format_size(w.log.max_file_bytes()) +
+                       "): truncated it to 0 once, before the engine's writes fail; Docker 23+'s "
+                       "`docker logs -f` and `--tail` stop working for that container",
+                   std::move(fields));
+        }
         if (cut.dropped_bytes == 0) return;
         owner.counters_.truncations++;
         owner.counters_.log_bytes_dropped += cut.dropped_bytes;
-        if (w.cuts.note({cut.before_bytes, w.log_bytes(), cut.dropped_bytes, reason}, now, options().log_coalesce))
+        if (w.cuts.note({cut.before_bytes, w.log_bytes(), cut.dropped_bytes, cut.kept_bytes, cut.live_method, reason},
+                        now, options().log_coalesce))
             flush_record(w, now);
     }
 
@@ -559,6 +589,9 @@ struct LogCapper::Loop {
             t.halted = w.halted && !(w.from_disk && w.cap.cap_bytes > 0 && w.log_bytes() > w.cap.cap_bytes);
             t.busy = w.busy || now < w.retry_at || (dry_run && w.would_logged);
             t.local_only = w.from_disk;
+            t.apparent_bytes = w.log.apparent_bytes();
+            t.apparent_limit = logcap::apparent_limit_for(w.log.max_file_bytes());
+            t.punch_refused = w.punch_refused;
             order.push_back(&w);
         }
         targets.resize(n);
@@ -567,7 +600,7 @@ struct LogCapper::Loop {
             if (dry_run) {
                 would(w, d.action, d.reason);
             } else if (d.action == LogAction::truncate) {
-                truncate(w, d.reason, now);
+                truncate(w, d.reason, d.cut, now);
             } else if (!w.info.session.empty()) {  // the policy's rule, held once more here
                 w.busy = true;
                 owner.submit(Job{w.info.id, d.action, d.reason, w.log_bytes()});
@@ -754,6 +787,7 @@ LogCapCounters LogCapper::counters() const {
     c.check_rounds = counters_.check_rounds;
     c.log_unopenable = counters_.log_unopenable;
     c.log_open_failures = counters_.log_open_failures;
+    c.cut_fallbacks = counters_.cut_fallbacks;
     return c;
 }
 

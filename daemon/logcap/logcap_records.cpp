@@ -1,6 +1,7 @@
 #include "logcap_records.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 namespace reaperd::logcap {
 
@@ -37,14 +38,30 @@ void CutCoalescer::flush(const LogSink& sink, const RecordSubject& subject, std:
     fields.push_back({"LOG_MAX_SIZE", std::to_string(cap_bytes)});
     fields.push_back({"REASON", std::string(to_string(last_.reason))});
     fields.push_back({"ACTION_COUNT", std::to_string(cuts_)});
+    fields.push_back({"CUT_METHOD", last_.method ? std::string(to_string(*last_.method)) : "none"});
+    fields.push_back({"LOG_BYTES_KEPT", std::to_string(last_.kept_bytes)});
     std::string what = cuts_ == 1 ? "from " + format_size(last_.before_bytes) + " to " + format_size(last_.after_bytes)
                                   : std::to_string(cuts_) + " times, dropping " + format_size(dropped_bytes_) +
                                         " (last from " + format_size(last_.before_bytes) + " to " +
                                         format_size(last_.after_bytes) + ")";
+    std::string how;
+    if (!last_.method) {
+        how = "; deleted its oldest rotations";
+    } else if (*last_.method == CutMethod::punch_hole) {
+        how = "; punched out the oldest part, keeping the newest " + format_size(last_.kept_bytes);
+        // Docker 23+'s plain read stops at the hole (moby issue 53631); its tail and follow
+        // readers start from the end, and the offsets they hold are still valid.
+        if (!std::exchange(told_how_to_read_, true))
+            how += " (read it with `docker logs --tail N` or `-f`: a plain `docker logs` on Docker 23+ "
+                   "stops at the hole and shows nothing)";
+    } else {
+        how = "; truncated it to 0";
+    }
     sink(Priority::notice, message_id::log_capped,
          "cut the log of " + describe(subject) + " " + what +
              (last_.reason == CapReason::own_cap ? ", cap " + format_size(cap_bytes)
-                                                 : ", over the total budget " + format_size(total_budget_bytes)),
+                                                 : ", over the total budget " + format_size(total_budget_bytes)) +
+             how,
          std::move(fields));
     cuts_ = 0;
     dropped_bytes_ = 0;

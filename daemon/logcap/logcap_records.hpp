@@ -6,7 +6,10 @@
 // the record handed to the sink. A container's first cut is told at once; cuts after it
 // within the window are summed (ACTION_COUNT, LOG_BYTES_DROPPED) and told when the window
 // has passed since the last record, or when the container is forgotten or the capper stops
-// (flush() at that time). Never throws but what the sink throws.
+// (flush() at that time). A record says how the live file was last cut (CUT_METHOD=
+// punch_hole, truncate, or none when only rotations were deleted) and the bytes kept on disk
+// (LOG_BYTES_KEPT); the first punched cut of a container also says how to read what was kept.
+// Never throws but what the sink throws.
 #pragma once
 
 #include "config.hpp"
@@ -45,6 +48,9 @@ public:
         std::uint64_t before_bytes = 0;
         std::uint64_t after_bytes = 0;
         std::uint64_t dropped_bytes = 0;
+        std::uint64_t kept_bytes = 0;
+        // How the live file was cut; nullopt: it was not, only old rotations were deleted.
+        std::optional<CutMethod> method;
         CapReason reason = CapReason::own_cap;
     };
     // Notes a cut; returns whether it is to be told now (the first, or the first after a
@@ -61,6 +67,7 @@ private:
     unsigned cuts_ = 0;
     std::uint64_t dropped_bytes_ = 0;
     Cut last_;
+    bool told_how_to_read_ = false;
     std::optional<TimePoint> last_record_;
 };
 

@@ -49,8 +49,20 @@ std::uint64_t headroom_for(double bytes_per_second) {
 }
 
 std::uint64_t mark_for(std::uint64_t cap_bytes, std::uint64_t headroom_bytes) {
-    return cap_bytes - std::min(cap_bytes / 2, headroom_bytes);
+    return cap_bytes - std::min(cap_bytes / 16 * 7, headroom_bytes);
 }
+
+std::uint64_t keep_for(std::uint64_t cap_bytes) { return cap_bytes / 2; }
+
+CutPlan plan_cut(const CapTarget& target, std::uint64_t keep_bytes) {
+    CutPlan plan;
+    plan.keep_bytes = keep_bytes;
+    plan.at_size_limit = target.apparent_limit > 0 && target.apparent_bytes >= target.apparent_limit;
+    if (target.punch_refused || plan.at_size_limit) plan.method = CutMethod::truncate;
+    return plan;
+}
+
+std::uint64_t apparent_limit_for(std::uint64_t max_file_bytes) { return max_file_bytes / 4 * 3; }
 
 std::vector<CapDecision> decide(const std::vector<CapTarget>& targets, const LogsConfig& config) {
     std::vector<CapDecision> decisions;
@@ -68,23 +80,28 @@ std::vector<CapDecision> decide(const std::vector<CapTarget>& targets, const Log
         const auto& t = targets[i];
         if (!in_scope(t) || t.halted || t.busy || t.cap.cap_bytes == 0) continue;
         if (t.log_bytes >= mark_for(t.cap.cap_bytes, t.headroom_bytes)) {
-            decisions.push_back({i, action_for(t), CapReason::own_cap});
+            decisions.push_back({i, action_for(t), CapReason::own_cap, plan_cut(t, keep_for(t.cap.cap_bytes))});
             acted[i] = true;
         }
     }
 
     if (config.total_max_size_bytes == 0) return decisions;
     // What the logs will hold within the reaction budget: every growing log (acted-on ones
-    // start again from nothing), plus their headroom, which like a single cap's is at most
+    // keep what their cut keeps), plus their headroom, which like a single cap's is at most
     // half the budget.
     std::uint64_t projected = 0;
     std::uint64_t headroom = 0;
+    std::uint64_t in_budget = 0;
     std::vector<std::size_t> candidates;
     for (std::size_t i = 0; i < targets.size(); ++i) {
         const auto& t = targets[i];
         if (!in_scope(t) || t.halted) continue;
+        ++in_budget;
         headroom += t.headroom_bytes;
-        if (acted[i]) continue;
+        if (acted[i]) {
+            projected += std::min(t.log_bytes, keep_for(t.cap.cap_bytes));
+            continue;
+        }
         projected += t.log_bytes;
         if (!t.busy) candidates.push_back(i);
     }
@@ -93,10 +110,15 @@ std::vector<CapDecision> decide(const std::vector<CapTarget>& targets, const Log
     std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t a, std::size_t b) {
         return targets[a].log_bytes > targets[b].log_bytes;
     });
+    const std::uint64_t share = config.total_max_size_bytes / 2 / in_budget;
     for (auto i : candidates) {
         if (projected < config.total_max_size_bytes) break;
-        decisions.push_back({i, action_for(targets[i]), CapReason::total_budget});
-        projected -= targets[i].log_bytes;
+        const auto& t = targets[i];
+        const std::uint64_t keep = t.cap.cap_bytes > 0 ? std::min(share, keep_for(t.cap.cap_bytes)) : share;
+        const auto action = action_for(t);
+        decisions.push_back({i, action, CapReason::total_budget, plan_cut(t, keep)});
+        // A stop, kill or remove halts the container, which then leaves the budget.
+        projected -= action == LogAction::truncate ? t.log_bytes - std::min(t.log_bytes, keep) : t.log_bytes;
     }
     return decisions;
 }

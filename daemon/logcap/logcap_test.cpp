@@ -90,11 +90,60 @@ BOOST_AUTO_TEST_CASE(under_the_mark_nothing_happens) {
 
 BOOST_AUTO_TEST_CASE(a_fast_writer_is_cut_at_a_lower_mark) {
     auto config = logs_config(LogAction::truncate, LogScope::sessions);
-    std::vector<CapTarget> targets{target("a", true, 10 * MiB, 7 * MiB)};
+    std::vector<CapTarget> targets{target("a", true, 10 * MiB, 8 * MiB)};
     BOOST_TEST(decide(targets, config).empty());
-    targets[0].headroom_bytes = headroom_for(70e6);  // 14 MB in 200 ms: the mark is at half the cap
-    BOOST_TEST(mark_for(10 * MiB, targets[0].headroom_bytes) == 5 * MiB);
+    // 14 MB in 200 ms: the mark is at its floor, 9/16 of the cap, above the half a cut keeps.
+    targets[0].headroom_bytes = headroom_for(70e6);
+    BOOST_TEST(mark_for(10 * MiB, targets[0].headroom_bytes) == 10 * MiB - 10 * MiB / 16 * 7);
+    BOOST_TEST(mark_for(10 * MiB, targets[0].headroom_bytes) > keep_for(10 * MiB));
     BOOST_TEST(decide(targets, config).size() == 1u);
+}
+
+// A cut punches out the oldest part and keeps the newest half of the cap, unless the file
+// system refused a punch before, or the apparent size (which punching leaves growing) reached
+// its limit: then it truncates.
+BOOST_AUTO_TEST_CASE(a_cut_punches_and_keeps_half_the_cap_unless_refused_or_near_the_largest_file) {
+    auto config = logs_config(LogAction::truncate, LogScope::sessions);
+    std::vector<CapTarget> targets{target("a", true, 10 * MiB, 11 * MiB)};
+    targets[0].apparent_bytes = 700 * MiB;
+    targets[0].apparent_limit = apparent_limit_for(1024 * MiB);
+    auto decisions = decide(targets, config);
+    BOOST_TEST_REQUIRE(decisions.size() == 1u);
+    BOOST_TEST((decisions[0].cut.method == CutMethod::punch_hole));
+    BOOST_TEST(decisions[0].cut.keep_bytes == 5 * MiB);
+    BOOST_TEST(!decisions[0].cut.at_size_limit);
+
+    targets[0].punch_refused = true;
+    decisions = decide(targets, config);
+    BOOST_TEST_REQUIRE(decisions.size() == 1u);
+    BOOST_TEST((decisions[0].cut.method == CutMethod::truncate));
+    BOOST_TEST(!decisions[0].cut.at_size_limit);
+
+    targets[0].punch_refused = false;
+    BOOST_TEST(apparent_limit_for(1024 * MiB) == 768 * MiB);
+    targets[0].apparent_bytes = 768 * MiB;
+    decisions = decide(targets, config);
+    BOOST_TEST_REQUIRE(decisions.size() == 1u);
+    BOOST_TEST((decisions[0].cut.method == CutMethod::truncate));
+    BOOST_TEST(decisions[0].cut.at_size_limit);
+
+    targets[0].apparent_limit = 0;  // no limit known
+    BOOST_TEST((decide(targets, config)[0].cut.method == CutMethod::punch_hole));
+}
+
+// What a budget cut keeps counts as still there: two logs that both must be cut to fit.
+BOOST_AUTO_TEST_CASE(the_budget_counts_what_its_cuts_keep) {
+    auto config = logs_config(LogAction::truncate, LogScope::all, 0, 100 * MiB);
+    std::vector<CapTarget> targets{target("a", true, 0, 60 * MiB), target("b", true, 0, 50 * MiB)};
+    auto decisions = decide(targets, config);
+    // Share: half the budget over two logs, 25 MiB each. 110 -> cut a (keeps 25) -> 75: fits.
+    BOOST_TEST_REQUIRE(decisions.size() == 1u);
+    BOOST_TEST(targets[decisions[0].target].id == "a");
+    BOOST_TEST(decisions[0].cut.keep_bytes == 25 * MiB);
+    targets[0].log_bytes = 90 * MiB;  // 140 -> a keeps 25 -> 75: fits
+    BOOST_TEST(decide(targets, config).size() == 1u);
+    targets[1].log_bytes = 80 * MiB;  // 170 -> a -> 105 -> b keeps 25 -> 50
+    BOOST_TEST(decide(targets, config).size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(halted_busy_exempt_and_uncapped_targets_are_left) {
@@ -336,6 +385,9 @@ std::uint64_t size_of(const std::string& path) {
     return ec ? 0 : n;
 }
 
+// The bytes `path` holds on disk (0 if it does not exist): what the capper counts.
+std::uint64_t allocated_of(const std::string& path) { return allocated_bytes(path); }
+
 // Whether `condition` holds once the capper has run every message and read every write made
 // before the call (LogCapper::settle()): what it would do about them is done.
 template <typename F>
@@ -360,7 +412,7 @@ BOOST_AUTO_TEST_CASE(a_log_over_its_cap_is_cut_and_recorded) {
     BOOST_TEST(settled(capper, [&] { return size_of(c.log_path) == 400u * 1024; }));
     append(c.log_path, MiB);
     BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().truncations > 0u; }));
-    BOOST_TEST(size_of(c.log_path) < MiB);
+    BOOST_TEST(allocated_of(c.log_path) < MiB);
     BOOST_TEST_REQUIRE(settled(capper, [&] { return !f.records.with("ACTION", "truncate").empty(); }));
     auto r = f.records.with("ACTION", "truncate").front();
     BOOST_TEST((r.priority == Priority::notice));
@@ -373,6 +425,76 @@ BOOST_AUTO_TEST_CASE(a_log_over_its_cap_is_cut_and_recorded) {
     BOOST_TEST(capper.counters().truncations == 1u);
     BOOST_TEST(capper.counters().log_bytes_dropped >= MiB / 2);
     BOOST_TEST(f.engine.calls().empty());
+}
+
+// Issue 21: the cut truncated the live file to 0, dropping the newest lines with the rest and
+// leaving Docker 23+'s follower and --tail past the end of the file. It now punches out the
+// oldest part: the apparent size stays, the newest half of the cap stays readable.
+BOOST_AUTO_TEST_CASE(a_cut_punches_out_the_oldest_part_and_keeps_the_newest_half) {
+    Fixture f;
+    LogCapper capper(f.engine, f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB)));
+    capper.start();
+    auto c = f.container("a2", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.watched() == 1u; }));
+    std::string written;
+    for (int i = 0; written.size() < 1400 * 1024; ++i) written += "line " + std::to_string(i) + "\n";
+    std::ofstream(c.log_path, std::ios::app | std::ios::binary) << written;
+    BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().truncations == 1u; }));
+    BOOST_TEST(size_of(c.log_path) == written.size());  // every offset still valid
+    BOOST_TEST(allocated_of(c.log_path) >= MiB / 2);
+    BOOST_TEST(allocated_of(c.log_path) < MiB / 2 + 64 * 1024);
+    std::ifstream in(c.log_path, std::ios::binary);
+    std::string now((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t kept = MiB / 2;
+    BOOST_TEST(now.substr(now.size() - kept) == written.substr(written.size() - kept));  // the newest half
+    BOOST_TEST(now[0] == '\0');  // the oldest part is a hole
+    BOOST_TEST_REQUIRE(settled(capper, [&] { return !f.records.with("ACTION", "truncate").empty(); }));
+    auto r = f.records.with("ACTION", "truncate").front();
+    BOOST_TEST(r.fields["CUT_METHOD"] == "punch_hole");
+    BOOST_TEST(std::stoull(r.fields["LOG_BYTES_KEPT"]) >= MiB / 2);
+    BOOST_TEST(std::stoull(r.fields["LOG_BYTES_AFTER"]) < MiB);
+    BOOST_TEST(capper.counters().cut_fallbacks == 0u);
+    // The next cut starts where the last hole ends and keeps the newest half again.
+    std::string more;
+    for (int i = 0; more.size() < 700 * 1024; ++i) more += "more " + std::to_string(i) + "\n";
+    std::ofstream(c.log_path, std::ios::app | std::ios::binary) << more;
+    BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().truncations == 2u; }));
+    BOOST_TEST(size_of(c.log_path) == written.size() + more.size());
+    BOOST_TEST(allocated_of(c.log_path) < MiB / 2 + 64 * 1024);
+}
+
+// Where the file system refuses to punch (vfat, NFS < 4.2, ...), the cut falls back to
+// truncating, with one warning for the container however often it is cut, and a counter.
+BOOST_AUTO_TEST_CASE(a_refused_punch_falls_back_to_truncate_with_one_warning) {
+    Fixture f;
+    auto options = f.options(logs_config(LogAction::truncate, LogScope::sessions, 1 * MiB));
+    std::atomic<int> punches{0};
+    options.cut_calls.punch_hole = [&](int, std::uint64_t, std::uint64_t) {
+        ++punches;
+        return EOPNOTSUPP;
+    };
+    LogCapper capper(f.engine, options);
+    capper.start();
+    auto c = f.container("a3", "s1");
+    capper.add(c);
+    BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.watched() == 1u; }));
+    for (unsigned cuts = 1; cuts <= 3; ++cuts) {
+        append(c.log_path, 1200 * 1024);
+        BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().truncations == cuts; }));
+        BOOST_TEST(size_of(c.log_path) == 0u);
+    }
+    BOOST_TEST(punches.load() == 1);  // refused once: truncated from then on
+    BOOST_TEST(capper.counters().cut_fallbacks == 3u);
+    std::vector<Record> warnings;
+    for (const auto& r : f.records.all())
+        if (r.priority == Priority::warning) warnings.push_back(r);
+    BOOST_TEST_REQUIRE(warnings.size() == 1u);
+    BOOST_TEST(warnings[0].fields["ERRNO"] == std::to_string(EOPNOTSUPP));
+    BOOST_TEST(warnings[0].fields["CONTAINER_ID"] == c.id);
+    BOOST_TEST_REQUIRE(!f.records.with("ACTION", "truncate").empty());
+    BOOST_TEST(f.records.with("CUT_METHOD", "truncate").size() >= 1u);
+    BOOST_TEST(f.records.with("CUT_METHOD", "punch_hole").empty());
 }
 
 BOOST_AUTO_TEST_CASE(rotated_files_count_and_are_dropped) {
@@ -388,7 +510,7 @@ BOOST_AUTO_TEST_CASE(rotated_files_count_and_are_dropped) {
     append(c.log_path, 300 * 1024);  // 1.1 MiB in all: over
     BOOST_TEST_REQUIRE(settled(capper, [&] { return !fs::exists(c.log_path + ".1"); }));
     BOOST_TEST(!fs::exists(c.log_path + ".2.gz"));
-    BOOST_TEST(size_of(c.log_path) < MiB);
+    BOOST_TEST(allocated_of(c.log_path) < MiB);
     BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().log_bytes_dropped >= 800u * 1024; }));
 }
 
@@ -403,7 +525,7 @@ BOOST_AUTO_TEST_CASE(a_rotation_by_rename_is_followed) {
     fs::rename(c.log_path, c.log_path + ".1");
     append(c.log_path, 600 * 1024);  // a new live file; 1.2 MiB in all
     BOOST_TEST_REQUIRE(settled(capper, [&] { return !fs::exists(c.log_path + ".1"); }));
-    BOOST_TEST(size_of(c.log_path) < MiB);
+    BOOST_TEST(allocated_of(c.log_path) < MiB);
 }
 
 BOOST_AUTO_TEST_CASE(the_local_driver_is_capped_in_its_own_directory) {
@@ -420,7 +542,7 @@ BOOST_AUTO_TEST_CASE(the_local_driver_is_capped_in_its_own_directory) {
     append((dir / "container.log.1.gz").string(), 600 * 1024);
     append((dir / "container.log").string(), 400 * 1024);
     BOOST_TEST_REQUIRE(settled(capper, [&] { return !fs::exists(dir / "container.log.1.gz"); }));
-    BOOST_TEST(size_of((dir / "container.log").string()) < MiB);
+    BOOST_TEST(allocated_of((dir / "container.log").string()) < MiB);
 }
 
 BOOST_AUTO_TEST_CASE(the_data_root_is_learned_from_a_json_file_log_path) {
@@ -436,7 +558,7 @@ BOOST_AUTO_TEST_CASE(the_data_root_is_learned_from_a_json_file_log_path) {
     auto json = f.container("c5", "s1");
     json.docker_root_dir.clear();
     capper.add(json);
-    BOOST_TEST_REQUIRE(settled(capper, [&] { return size_of((dir / "container.log").string()) < MiB; }));
+    BOOST_TEST_REQUIRE(settled(capper, [&] { return allocated_of((dir / "container.log").string()) < MiB; }));
     BOOST_TEST(capper.watched() == 2u);
     BOOST_TEST(f.records.with("ACTION", "none").empty());
 }
@@ -489,7 +611,7 @@ BOOST_AUTO_TEST_CASE(a_label_overrides_and_a_broken_label_warns_once) {
     BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.watched() == 2u; }));
     append(small.log_path, 300 * 1024);
     append(broken.log_path, 1 * MiB);
-    BOOST_TEST_REQUIRE(settled(capper, [&] { return size_of(small.log_path) < 256u * 1024; }));
+    BOOST_TEST_REQUIRE(settled(capper, [&] { return allocated_of(small.log_path) < 256u * 1024; }));
     BOOST_TEST(size_of(broken.log_path) == 1 * MiB);  // the 4 MiB default applies
     append(broken.log_path, 4 * MiB);
     BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().truncations >= 2u; }));
@@ -514,7 +636,7 @@ BOOST_AUTO_TEST_CASE(stop_acts_through_the_engine_on_owned_containers_only) {
             BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.watched() == 2u; }));
             append(owned.log_path, 2 * MiB);
             append(unowned.log_path, 2 * MiB);
-            BOOST_TEST_REQUIRE(settled(capper, [&] { return size_of(unowned.log_path) < MiB; }));
+            BOOST_TEST_REQUIRE(settled(capper, [&] { return allocated_of(unowned.log_path) < MiB; }));
             BOOST_TEST_REQUIRE(
                 settled(capper, [&] { return !f.records.with("ACTION", std::string(reaperd::to_string(action))).empty(); }));
             auto r = f.records.with("ACTION", std::string(reaperd::to_string(action))).front();
@@ -599,7 +721,7 @@ BOOST_AUTO_TEST_CASE(scope_sessions_leaves_unowned_logs_alone) {
     BOOST_TEST(size_of(c.log_path) == 2 * MiB);
     BOOST_TEST(capper.watched() == 0u);
     capper.reconfigure(logs_config(LogAction::stop, LogScope::all, 1 * MiB));
-    BOOST_TEST_REQUIRE(settled(capper, [&] { return size_of(c.log_path) < MiB; }));
+    BOOST_TEST_REQUIRE(settled(capper, [&] { return allocated_of(c.log_path) < MiB; }));
     BOOST_TEST(f.engine.calls().empty());
 }
 
@@ -642,7 +764,7 @@ BOOST_AUTO_TEST_CASE(after_a_reload_that_drops_the_label_key_nothing_is_stopped_
                 if (scope == LogScope::sessions) {
                     BOOST_TEST(settled(capper, [&] { return capper.watched() == 0u; }));  // left alone
                 } else {
-                    BOOST_TEST(settled(capper, [&] { return size_of(c.log_path) < MiB; }));  // only cut
+                    BOOST_TEST(settled(capper, [&] { return allocated_of(c.log_path) < MiB; }));  // only cut
                 }
                 f.backstop(capper, 2);
                 for (const auto& call : f.engine.calls()) BOOST_TEST(call.op == "inspect");
@@ -687,7 +809,7 @@ BOOST_AUTO_TEST_CASE(repeated_cuts_are_coalesced_into_one_record_per_interval) {
     BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.watched() == 1u; }));
     for (int i = 0; i < 5; ++i) {
         append(c.log_path, 300 * 1024);
-        BOOST_TEST_REQUIRE(settled(capper, [&] { return size_of(c.log_path) < 256u * 1024; }));
+        BOOST_TEST_REQUIRE(settled(capper, [&] { return allocated_of(c.log_path) < 256u * 1024; }));
     }
     BOOST_TEST(capper.counters().truncations == 5u);
     BOOST_TEST_REQUIRE(f.records.with("ACTION", "truncate").size() == 1u);  // the first, at once
@@ -722,7 +844,7 @@ BOOST_AUTO_TEST_CASE(a_persisted_log_is_capped_before_any_engine_info) {
     for (unsigned cuts = 1; cuts <= 3; ++cuts) {
         append(c.log_path, 2 * MiB);
         BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().truncations == cuts; }));
-        BOOST_TEST(size_of(c.log_path) < MiB);
+        BOOST_TEST(allocated_of(c.log_path) < MiB);
     }
     // The action is stop, but nothing goes to the engine before it has described the container.
     BOOST_TEST(f.engine.calls().empty());
@@ -874,14 +996,65 @@ BOOST_AUTO_TEST_CASE(a_log_file_renamed_away_is_not_at_its_path_and_reopens_by_n
     BOOST_TEST(identity_changed);
     log.measure_live();
     log.measure_rotations(*files, false);
-    BOOST_TEST(log.live_bytes() == 300u);
-    BOOST_TEST(log.rotated_bytes() == 1000u);
-    auto cut = log.cut(*files);
+    const auto live = allocated_of(c.log_path), rotated = allocated_of(c.log_path + ".1");
+    BOOST_TEST(live > 0u);
+    BOOST_TEST(log.live_bytes() == live);
+    BOOST_TEST(log.apparent_bytes() == 300u);
+    BOOST_TEST(log.rotated_bytes() == rotated);
+    auto cut = log.cut(*files, {CutMethod::truncate, 0, false}, system_cut_calls());
     BOOST_TEST(cut.error == 0);
-    BOOST_TEST(cut.before_bytes == 1300u);
-    BOOST_TEST(cut.dropped_bytes == 1300u);
+    BOOST_TEST(cut.before_bytes == live + rotated);
+    BOOST_TEST(cut.dropped_bytes == live + rotated);
     BOOST_TEST(size_of(c.log_path) == 0u);
     BOOST_TEST(!fs::exists(c.log_path + ".1"));
+}
+
+// Issue 21, point 5: rotations count toward the cap and go first, oldest first; the live file
+// is cut only when it alone holds more than the cut keeps.
+BOOST_AUTO_TEST_CASE(rotations_are_deleted_oldest_first_before_the_live_file_is_cut) {
+    Fixture f;
+    auto c = f.container("f3", "s1");
+    auto files = locate_log(c.id, c.log_driver, c.log_path, f.root.string());
+    BOOST_TEST_REQUIRE(files.has_value());
+    const std::string live_name = fs::path(c.log_path).filename().string();
+    append(c.log_path, 100 * 1024);
+    append(c.log_path + ".1", 100 * 1024);
+    append(c.log_path + ".2", 300 * 1024);
+    append(c.log_path + ".3.gz", 300 * 1024);
+    InotifyDispatcher inotify;
+    BOOST_TEST_REQUIRE(inotify.watch(files->dir, "c") >= 0);
+    auto events = [&] {
+        std::vector<std::string> names;
+        inotify.drain([&](const DirEvent& e) {
+            if (e.kind == DirEvent::Kind::entry) names.emplace_back(e.name);
+        });
+        return names;
+    };
+    LogFile log;
+    bool identity_changed = false;
+    BOOST_TEST_REQUIRE(log.open_if_closed(*files, identity_changed) == 0);
+    events();
+    // 800 KiB against a keep of 256 KiB: the live file and .1 fit in it; .2 and .3.gz do not.
+    auto cut = log.cut(*files, {CutMethod::punch_hole, 256 * 1024, false}, system_cut_calls());
+    BOOST_TEST(cut.error == 0);
+    BOOST_TEST(!cut.live_method.has_value());  // the live file was not cut
+    BOOST_TEST((events() == std::vector<std::string>{live_name + ".3.gz", live_name + ".2"}));
+    BOOST_TEST(fs::exists(c.log_path + ".1"));
+    BOOST_TEST(size_of(c.log_path) == 100u * 1024);
+    BOOST_TEST(cut.kept_bytes == allocated_of(c.log_path) + allocated_of(c.log_path + ".1"));
+
+    // The live file alone over the keep: every rotation goes, then the live file is punched.
+    append(c.log_path, 500 * 1024);
+    append(c.log_path + ".2", 10);
+    events();
+    cut = log.cut(*files, {CutMethod::punch_hole, 256 * 1024, false}, system_cut_calls());
+    BOOST_TEST(cut.error == 0);
+    BOOST_TEST((cut.live_method == std::optional<CutMethod>(CutMethod::punch_hole)));
+    BOOST_TEST((events() == std::vector<std::string>{live_name + ".2", live_name + ".1", live_name}));
+    BOOST_TEST(size_of(c.log_path) == 600u * 1024);
+    BOOST_TEST(allocated_of(c.log_path) >= 256u * 1024);
+    BOOST_TEST(allocated_of(c.log_path) < 256u * 1024 + 64 * 1024);
+    BOOST_TEST(cut.kept_bytes == allocated_of(c.log_path));
 }
 
 BOOST_AUTO_TEST_CASE(a_directory_removed_under_its_watch_is_reported_gone_once_per_container) {
@@ -912,10 +1085,10 @@ BOOST_AUTO_TEST_CASE(cuts_inside_the_window_are_summed_into_one_record) {
     CutCoalescer cuts;
     RecordSubject subject{"0123456789abcdef", "c-1", "s1"};
     auto t = logcap::TimePoint{} + 1h;
-    BOOST_TEST(cuts.note({3000, 10, 2990, CapReason::own_cap}, t, 1s));  // the first: at once
+    BOOST_TEST(cuts.note({3000, 10, 2990, 10, CutMethod::punch_hole, CapReason::own_cap}, t, 1s));  // the first: at once
     cuts.flush(records.sink(), subject, 2048, 0, t);
-    BOOST_TEST(!cuts.note({2000, 20, 1980, CapReason::own_cap}, t + 100ms, 1s));
-    BOOST_TEST(!cuts.note({2500, 30, 2470, CapReason::total_budget}, t + 200ms, 1s));
+    BOOST_TEST(!cuts.note({2000, 20, 1980, 20, CutMethod::punch_hole, CapReason::own_cap}, t + 100ms, 1s));
+    BOOST_TEST(!cuts.note({2500, 30, 2470, 0, CutMethod::truncate, CapReason::total_budget}, t + 200ms, 1s));
     BOOST_TEST(cuts.pending());
     BOOST_TEST((cuts.due_at(1s) == t + 1s));
     cuts.flush(records.sink(), subject, 2048, 4096, t + 1s);
@@ -928,7 +1101,12 @@ BOOST_AUTO_TEST_CASE(cuts_inside_the_window_are_summed_into_one_record) {
     BOOST_TEST(all[1].fields["LOG_BYTES_BEFORE"] == "2500");  // the last cut's
     BOOST_TEST(all[1].fields["REASON"] == std::string(to_string(CapReason::total_budget)));
     BOOST_TEST(all[1].message.find("container c-1 (0123456789ab)") != std::string::npos);
-    BOOST_TEST(cuts.note({100, 0, 100, CapReason::own_cap}, t + 2s, 1s));  // a window after the last record
+    BOOST_TEST(all[0].fields["CUT_METHOD"] == "punch_hole");
+    BOOST_TEST(all[0].fields["LOG_BYTES_KEPT"] == "10");
+    BOOST_TEST(all[0].message.find("--tail") != std::string::npos);  // the first punch says how to read
+    BOOST_TEST(all[1].fields["CUT_METHOD"] == "truncate");  // the last cut's
+    BOOST_TEST(all[1].fields["LOG_BYTES_KEPT"] == "0");
+    BOOST_TEST(cuts.note({100, 0, 100, 0, std::nullopt, CapReason::own_cap}, t + 2s, 1s));  // a window after the last record
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,372 @@
+// Issue 21's acceptance against the real engine (20.10, and 26.1 and 28.5 under
+// REAPER_TEST_ENGINE=docker-trixie|docker-sid): a leased session's writer under a 2 MiB cap,
+// cut by reaperd at least 3 times, and Docker's own readers of its log after those cuts,
+// through the engine's own CLI. A truncate left Docker 23+'s follower waiting for good and
+// its `--tail` spinning dockerd at ~1.2 cores; a punched cut must leave both working, keep the
+// newest half of the cap readable and the bytes on disk within 1.1x the cap.
+#include "daemon_fixture.hpp"
+#include "engine.hpp"
+#include "logcap/logcap_file.hpp"
+
+#include <reaper/client.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using reaper::test::engine;
+using reaper::test::unique_name;
+using reaperd::itest::eventually;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint64_t MiB = 1024 * 1024;
+constexpr std::uint64_t cap = 2 * MiB;
+
+// Each writer waits 3 s before writing, so the follower is attached before the first cut.
+// A runaway with numbered lines: seq is as fast as `yes` through the json-file logger (the
+// logger, not the writer, is the bound: ~70 MB/s of json here).
+const std::string runaway = "sleep 3; exec seq 1 2000000000";
+// A slow writer: 200 numbered lines every 10 ms (~20,000 lines/s, ~1.4 MB/s of json).
+const std::string slow = "sleep 3; i=1; while :; do seq $i $((i+199)); i=$((i+200)); sleep 0.01; done";
+
+// The engine's own CLI against the private engine, through sh; `tail` of its output.
+std::string docker(const std::string& args) {
+    return "env DOCKER_HOST=" + engine().address() + " " + reaper::test::test_engine().docker_cli() + " " + args;
+}
+
+struct Output {
+    std::string text;
+    std::chrono::milliseconds took{};
+};
+Output run(const std::string& command) {
+    Output out;
+    auto start = Clock::now();
+    FILE* pipe = ::popen(command.c_str(), "r");
+    BOOST_REQUIRE(pipe);
+    char buffer[65536];
+    std::size_t n;
+    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.text.append(buffer, n);
+    ::pclose(pipe);
+    out.took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    return out;
+}
+
+// A `docker logs -f` started by the test, its output in a file; stopped by its pid.
+class Follower {
+public:
+    Follower(const std::string& id, const std::string& path) : path_(path) {
+        std::string command = "exec " + docker("logs -f --tail 1 " + id) + " >" + path + " 2>&1";
+        std::vector<char*> argv{const_cast<char*>("/bin/sh"), const_cast<char*>("-c"), command.data(), nullptr};
+        BOOST_REQUIRE(::posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, argv.data(), environ) == 0);
+    }
+    ~Follower() {
+        ::kill(pid_, SIGTERM);
+        ::waitpid(pid_, nullptr, 0);
+        std::error_code ec;
+        fs::remove(path_, ec);
+    }
+    bool running() const { return ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+    // The end of what it printed (an error from the daemon, when it ended).
+    std::string last_text() const {
+        std::ifstream in(path_, std::ios::binary);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        return text.substr(text.size() - std::min<std::size_t>(text.size(), 300));
+    }
+    // The last complete line it printed, as a number (0: none).
+    std::uint64_t last_number() const {
+        std::ifstream in(path_, std::ios::binary);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        auto end = text.rfind('\n');
+        if (end == std::string::npos) return 0;
+        auto begin = text.rfind('\n', end - 1);
+        begin = begin == std::string::npos ? 0 : begin + 1;
+        try {
+            return std::stoull(text.substr(begin, end - begin));
+        } catch (const std::exception&) {
+            return 0;
+        }
+    }
+
+private:
+    std::string path_;
+    pid_t pid_ = -1;
+};
+
+// utime + stime of a process, in clock ticks.
+std::uint64_t cpu_ticks(int pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    BOOST_REQUIRE_MESSAGE(stat.rfind(')') != std::string::npos, "cannot read /proc/" << pid << "/stat");
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    std::uint64_t utime = 0, stime = 0;
+    for (int i = 3; fields >> field; ++i) {  // field 3 is the state
+        if (i == 14) utime = std::stoull(field);
+        if (i == 15) {
+            stime = std::stoull(field);
+            break;
+        }
+    }
+    return utime + stime;
+}
+
+// The numbers carried by the log lines in `text`, from its first complete line: json-file's
+// {"log":"N\n",...}, or Podman's k8s-file `<time> stdout F N`. Stops at the first line that
+// is neither (a hole's NULs, a torn line).
+std::vector<std::uint64_t> numbers_in_log(const std::string& text, std::uint64_t& bytes) {
+    std::vector<std::uint64_t> numbers;
+    bytes = 0;
+    const std::string json_key = "{\"log\":\"";
+    const std::string k8s_key = " stdout F ";
+    for (std::size_t at = text.find('\n'); at != std::string::npos && at + 1 < text.size();) {
+        auto end = text.find('\n', at + 1);
+        if (end == std::string::npos) break;
+        std::string line = text.substr(at + 1, end - at - 1);
+        if (line.rfind(json_key, 0) == 0) {
+            numbers.push_back(std::strtoull(line.c_str() + json_key.size(), nullptr, 10));
+        } else if (auto k8s = line.find(k8s_key); k8s != std::string::npos && line[0] != '\0') {
+            numbers.push_back(std::strtoull(line.c_str() + k8s + k8s_key.size(), nullptr, 10));
+        } else {
+            break;
+        }
+        bytes += line.size() + 1;
+        at = end;
+    }
+    return numbers;
+}
+
+bool consecutive(const std::vector<std::uint64_t>& numbers) {
+    for (std::size_t i = 1; i < numbers.size(); ++i)
+        if (numbers[i] != numbers[i - 1] + 1) return false;
+    return !numbers.empty();
+}
+
+// The newest log kept on disk, read as a user could: from the first data past the holes
+// (SEEK_DATA). Read again when a cut came in the middle of the read.
+std::uint64_t readable_newest_bytes(const std::string& path, std::vector<std::uint64_t>& numbers) {
+    std::uint64_t bytes = 0;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        BOOST_REQUIRE(fd >= 0);
+        off_t data = ::lseek(fd, 0, SEEK_DATA);
+        std::string text;
+        if (data >= 0 && ::lseek(fd, data, SEEK_SET) == data) {
+            char buffer[65536];
+            ssize_t n;
+            while ((n = ::read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<std::size_t>(n));
+        }
+        ::close(fd);
+        numbers = numbers_in_log(text, bytes);
+        // Whole: every complete line after the first parsed (no hole punched into the read).
+        if (consecutive(numbers) && bytes + 2 * 4096 >= text.size() - std::min(text.size(), text.find('\n')))
+            return bytes;
+    }
+    return bytes;
+}
+
+struct Cpu {
+    std::uint64_t cut_ticks = 0;
+    std::uint64_t uncut_ticks = 0;
+};
+
+// `driver`: "json-file" (the acceptance; Podman's conmon writes its k8s-file for it) or
+// "local" (Docker's binary frames; measured and told, with the follower and --tail held to the
+// same bar).
+void check_readers(const std::string& writer, const std::string& what, bool lagging_follower_may_end,
+                   const std::string& driver = "json-file") {
+    const bool podman = engine().kind() == reaper::test::EngineKind::podman;
+    reaperd::itest::Reaperd daemon("", "logs:\n  max_size: 2MiB\n");
+    daemon.start();
+    const std::string session = unique_name("readers");
+    auto lease = daemon.control().lease(session);
+    reaper::Client client{engine().client_options()};
+    std::vector<std::string> created;
+    struct Cleanup {
+        reaper::Client& client;
+        std::vector<std::string>& ids;
+        ~Cleanup() {
+            for (const auto& id : ids) {
+                try {
+                    client.remove(id, {true, true});
+                } catch (const std::exception&) {
+                }
+            }
+        }
+    } cleanup{client, created};
+    auto make = [&](const std::string& script, reaper::Labels extra) {
+        reaper::ContainerSpec spec;
+        spec.name = unique_name("readers");
+        spec.image = reaper::test::PrivateEngine::image;
+        spec.cmd = {"sh", "-c", script};
+        spec.labels = std::move(extra);
+        spec.labels["reaper.test"] = "logcap-readers";
+        spec.labels["reaperd.session"] = session;
+        if (!podman) spec.log_config.type = driver;
+        auto id = client.create(spec);
+        created.push_back(id);
+        client.start(id);
+        return id;
+    };
+    // The same lines, about a cap's worth, in a log never cut (exempt): the reference for
+    // dockerd's CPU during a --tail.
+    const std::string uncut = make("seq 1 33000; exec sleep 600", {{"reaperd.log-max-size", "0"}});
+    const std::string id = make(writer, {});
+    const std::string log = driver == "local"
+                                ? engine().data_root() + "/containers/" + id + "/local-logs/container.log"
+                                : client.inspect(id).log_path;
+    BOOST_TEST_REQUIRE(!log.empty());
+    Follower follower(id, daemon.dir + "/follower.out");
+
+    auto cuts = [&] {
+        auto actions = daemon.status()->getObject("counters")->getObject("actions");
+        return actions->has("truncate") ? actions->getValue<std::uint64_t>("truncate") : 0;
+    };
+    const auto writing = Clock::now();
+    BOOST_TEST_REQUIRE(eventually([&] { return cuts() >= 3u; }, 120s), daemon.log_text());
+    const double seconds = std::chrono::duration<double>(Clock::now() - writing).count();
+    BOOST_TEST_MESSAGE(what << " on " << engine().version() << ": " << cuts() << " cuts within " << seconds
+                            << " s; apparent size " << fs::file_size(log) << " bytes");
+    BOOST_TEST(daemon.log_count("CUT_METHOD=punch_hole") >= 1u, daemon.log_text());
+    BOOST_TEST(daemon.log_count("CUT_METHOD=truncate") == 0u);
+
+    // The follower started before the first cut still receives new lines. On Docker 23+ a
+    // follower that lags more than the kept half behind the writer reads the hole and ends
+    // with the decoder's error (moby's json-file decoder does not resync across NULs): behind
+    // a 70 MB/s runaway under a 2 MiB cap, the engine's CLI lags by more than the 1 MiB kept
+    // within ~30 ms. That is allowed for the runaway only, and never a silent stall.
+    const auto followed = follower.last_number();
+    const bool advancing =
+        eventually([&] { return follower.last_number() > followed && follower.last_number() > 0; }, 10s);
+    const bool ended_at_hole = !follower.running() && engine().major_version() >= 23 &&
+                               follower.last_text().find("invalid character '\\x00'") != std::string::npos;
+    BOOST_TEST_MESSAGE(what << ": follower " << (advancing && follower.running() ? "goes on" : "ended") << " at line "
+                            << follower.last_number() << (ended_at_hole ? ", at the hole (it lagged)" : ""));
+    if (!(lagging_follower_may_end && ended_at_hole)) {
+        BOOST_TEST(advancing, what << ": the follower stalled at line " << followed);
+        BOOST_TEST(follower.running(), what << ": the follower ended: " << follower.last_text());
+    }
+
+    // --tail 200 answers promptly with the 200 newest lines, consecutive.
+    std::vector<std::uint64_t> on_disk;
+    if (driver == "json-file") readable_newest_bytes(log, on_disk);
+    const std::uint64_t newest_before = on_disk.empty() ? 0 : on_disk.back();
+    auto tail = run("timeout 6 " + docker("logs --tail 200 " + id) + " 2>&1");
+    std::vector<std::uint64_t> lines;
+    std::istringstream text(tail.text);
+    for (std::string line; std::getline(text, line);) lines.push_back(std::strtoull(line.c_str(), nullptr, 10));
+    BOOST_TEST_MESSAGE(what << ": --tail 200 took " << tail.took.count() << " ms, " << lines.size() << " lines");
+    BOOST_TEST(tail.took < 1000ms);
+    BOOST_TEST(lines.size() == 200u, tail.text.substr(0, 300));
+    BOOST_TEST(consecutive(lines));
+    BOOST_TEST((!lines.empty() && lines.back() >= newest_before));
+
+    // A plain read (no --tail), measured and told: Docker 23+'s decoder stops at the hole's
+    // NULs (moby issue 53631), 20.10's resyncs past it. Not a requirement of the cut.
+    auto plain = run("timeout 10 " + docker("logs " + id) + " 2>&1 | wc -l");
+    BOOST_TEST_MESSAGE(what << ": plain docker logs printed " << std::strtoull(plain.text.c_str(), nullptr, 10)
+                            << " lines in " << plain.took.count() << " ms");
+
+    // Bytes on disk stay within 1.1x the cap; at least half the cap of the newest log is
+    // readable (skipping the holes), whole lines in order.
+    std::uint64_t max_allocated = 0;
+    for (auto next = Clock::now(), end = next + 2s; next < end; next += 10ms) {
+        max_allocated = std::max(max_allocated, reaperd::logcap::allocated_bytes(log));
+        std::this_thread::sleep_until(next);
+    }
+    BOOST_TEST_MESSAGE(what << ": most bytes on disk over 2 s " << max_allocated << " (cap " << cap << ")");
+    BOOST_TEST(max_allocated <= cap + cap / 10);
+    if (driver == "json-file") {
+        std::vector<std::uint64_t> kept;
+        const auto readable = readable_newest_bytes(log, kept);
+        BOOST_TEST_MESSAGE(what << ": newest readable past the holes " << readable << " bytes, " << kept.size()
+                                << " lines");
+        BOOST_TEST(readable >= cap / 2);
+        BOOST_TEST(consecutive(kept));
+    } else {
+        // The local driver's frames are not read here: what --tail gives of the kept part. A
+        // --tail reaching past the kept part into the hole gives nothing at all (seen with
+        // 1,000,000), so ask for about the lines half the cap holds.
+        auto all = run("timeout 10 " + docker("logs --tail 10000 " + id) + " 2>/dev/null");
+        std::vector<std::uint64_t> kept;
+        std::istringstream text(all.text);
+        for (std::string line; std::getline(text, line);) kept.push_back(std::strtoull(line.c_str(), nullptr, 10));
+        std::size_t run_from = kept.size();
+        while (run_from > 1 && kept[run_from - 1] == kept[run_from - 2] + 1) --run_from;
+        BOOST_TEST_MESSAGE(what << ": --tail 10000 gave " << kept.size() << " lines, the newest "
+                                << kept.size() - std::min(kept.size(), run_from - 1) << " consecutive");
+        BOOST_TEST(kept.size() >= 200u);
+    }
+
+    // dockerd's CPU during --tail: no more than for the same call on a log never cut. Five
+    // calls of each, alternated, against the background of the writer's own logging.
+    if (podman) {
+        // Podman's service runs under podman-guard, which does not say its pid: its CPU during
+        // --tail is not compared here.
+        BOOST_TEST_MESSAGE(what << ": Podman: the service's CPU during --tail is not measured");
+        lease->release();
+        return;
+    }
+    const int dockerd = engine().daemon_pid();
+    BOOST_TEST_REQUIRE(dockerd > 0);
+    Cpu cpu;
+    std::chrono::milliseconds cut_took{}, uncut_took{};
+    for (int i = 0; i < 5; ++i) {
+        for (bool on_cut : {true, false}) {
+            auto before = cpu_ticks(dockerd);
+            auto out = run("timeout 6 " + docker("logs --tail 200 " + (on_cut ? id : uncut)) + " >/dev/null 2>&1");
+            auto ticks = cpu_ticks(dockerd) - before;
+            (on_cut ? cpu.cut_ticks : cpu.uncut_ticks) += ticks;
+            (on_cut ? cut_took : uncut_took) += out.took;
+        }
+    }
+    BOOST_TEST_MESSAGE(what << ": dockerd ticks over 5 --tail calls: cut log " << cpu.cut_ticks << " in "
+                            << cut_took.count() << " ms, log never cut " << cpu.uncut_ticks << " in "
+                            << uncut_took.count() << " ms");
+    // Within the noise of the writer's own logging (~1 tick per 10 ms of a busy core), the
+    // call's duration being the same: a spinning reader burns ~120 ticks per second it lasts.
+    BOOST_TEST(cpu.cut_ticks <= cpu.uncut_ticks + cpu.uncut_ticks / 2 + 10);
+    BOOST_TEST(cut_took < 5000ms);
+    lease->release();
+}
+
+// The runaway and the local driver are Docker's: under REAPER_TEST_ENGINE=podman those cases
+// say so and do not run (Podman: the slow writer's case, in tests/build's podman selection).
+boost::test_tools::assertion_result docker_engine(boost::unit_test::test_unit_id) {
+    boost::test_tools::assertion_result docker(engine().kind() == reaper::test::EngineKind::docker);
+    docker.message() << "a Docker case (runaway, local driver): not run under REAPER_TEST_ENGINE="
+                     << reaper::test::test_engine().name;
+    return docker;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_runaway_under_a_2mib_cap_keeps_its_follower_tail_and_newest_half, *boost::unit_test::precondition(docker_engine)) {
+    check_readers(runaway, "runaway", true);
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_line_writer_under_a_2mib_cap_keeps_its_follower_tail_and_newest_half) {
+    check_readers(slow, "slow writer", false);
+}
+
+// Issue 21, point 4: the local driver (binary frames) after punched cuts, measured.
+BOOST_AUTO_TEST_CASE(a_slow_line_writer_with_the_local_driver_keeps_its_follower_and_tail, *boost::unit_test::precondition(docker_engine)) {
+    check_readers(slow, "slow writer, local driver", false, "local");
+}
