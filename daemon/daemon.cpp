@@ -5,6 +5,8 @@
 #include "notify.hpp"
 #include "policy.hpp"
 
+#include <reaper/log_rotation.hpp>
+
 #include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
 
@@ -666,6 +668,7 @@ void Daemon::container_appeared(const watch::Appeared& appeared, TimePoint now) 
     container.session = known->second.session.value_or("");
     container.log_path = info.log_path;
     container.log_driver = info.log_driver;
+    container.rotation_bound_bytes = reaper::engine_rotation_bound(info.log_driver, info.log_options);
     container.labels = info.labels;
     container.docker_root_dir = appeared.docker_root_dir;
     capper_->add(std::move(container));

@@ -265,6 +265,8 @@ struct LogCapper::Loop {
         bool owned = !w.info.session.empty();
         auto old_files = w.files;
         w.cap = logcap::resolve_cap(w.info.labels, logs.max_size_bytes);
+        w.cap.engine_rotates = w.cap.cap_bytes > 0 && w.info.rotation_bound_bytes &&
+                               *w.info.rotation_bound_bytes <= w.cap.cap_bytes;
         const std::string& root = w.info.docker_root_dir.empty() ? learned_root : w.info.docker_root_dir;
         w.files = locate_log(w.info.id, w.info.log_driver, w.info.log_path, root);
         bool in_scope = owned || logs.scope == LogScope::all;
@@ -622,7 +624,7 @@ struct LogCapper::Loop {
         for (const auto& [id, w] : containers) {
             if (!w.active || w.halted || w.cap.exempt) continue;
             double rate = w.growth.bytes_per_second();
-            if (w.cap.cap_bytes > 0)
+            if (w.cap.cap_bytes > 0 && !w.cap.engine_rotates)
                 consider(w.log_bytes(), logcap::mark_for(w.cap.cap_bytes, logcap::headroom_for(rate)), rate);
             total_bytes += w.log_bytes();
             total_rate += rate;

@@ -43,6 +43,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -56,6 +57,9 @@ struct ContainerLog {
     std::string session;  // "" = not session-owned
     std::string log_path;    // inspect's LogPath ("" before the first start, or no file)
     std::string log_driver;  // HostConfig.LogConfig.Type
+    // The most the engine's own rotation lets the log hold (reaper::engine_rotation_bound of
+    // its log options); nullopt when the engine does not rotate it.
+    std::optional<std::uint64_t> rotation_bound_bytes;
     reaper::Labels labels;
     // GET /info DockerRootDir: locates the local driver's files. May be "": the capper then
     // learns the root from any json-file container's LogPath.

@@ -78,7 +78,7 @@ std::vector<CapDecision> decide(const std::vector<CapTarget>& targets, const Log
 
     for (std::size_t i = 0; i < targets.size(); ++i) {
         const auto& t = targets[i];
-        if (!in_scope(t) || t.halted || t.busy || t.cap.cap_bytes == 0) continue;
+        if (!in_scope(t) || t.halted || t.busy || t.cap.cap_bytes == 0 || t.cap.engine_rotates) continue;
         if (t.log_bytes >= mark_for(t.cap.cap_bytes, t.headroom_bytes)) {
             decisions.push_back({i, action_for(t), CapReason::own_cap, plan_cut(t, keep_for(t.cap.cap_bytes))});
             acted[i] = true;

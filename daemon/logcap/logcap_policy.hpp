@@ -25,6 +25,11 @@ struct CapSetting {
     std::uint64_t cap_bytes = 0;  // 0 = no cap of its own
     // The label said "0": this container is neither capped nor counted in the total budget.
     bool exempt = false;
+    // The engine's own rotation keeps the log within cap_bytes (max-size x max-file, as the
+    // proxy and the Session set at creation): no cut of its own, which would only break its
+    // readers (a follower of a rotated json-file stalled after such a cut on 20.10 and 28.5);
+    // it still counts in the total budget.
+    bool engine_rotates = false;
     // The label's value when it did not parse (the default applies then); nullopt otherwise.
     std::optional<std::string> bad_label;
 };

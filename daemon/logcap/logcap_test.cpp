@@ -158,6 +158,24 @@ BOOST_AUTO_TEST_CASE(halted_busy_exempt_and_uncapped_targets_are_left) {
     BOOST_TEST(decide(targets, config).empty());
 }
 
+// A log the engine rotates within its cap is not cut for its own cap, however full its files
+// are, but still counts, and can be cut, in the total budget.
+BOOST_AUTO_TEST_CASE(a_log_the_engine_rotates_within_its_cap_is_cut_only_for_the_budget) {
+    auto config = logs_config(LogAction::truncate, LogScope::sessions, 2 * MiB);
+    std::vector<CapTarget> targets{target("rotated", true, 2 * MiB, 2 * MiB)};
+    BOOST_TEST(decide(targets, config).size() == 1u);
+    targets[0].cap.engine_rotates = true;
+    BOOST_TEST(decide(targets, config).empty());
+
+    config = logs_config(LogAction::truncate, LogScope::sessions, 2 * MiB, 3 * MiB);
+    std::vector<CapTarget> two{target("rotated", true, 2 * MiB, 2 * MiB), target("other", true, 2 * MiB, MiB)};
+    two[0].cap.engine_rotates = true;
+    const auto decisions = decide(two, config);
+    BOOST_TEST_REQUIRE(decisions.size() == 1u);
+    BOOST_TEST(two[decisions[0].target].id == "rotated");
+    BOOST_TEST((decisions[0].reason == CapReason::total_budget));
+}
+
 // Before the engine has described a container (it is known from the persisted list only),
 // stop, kill and remove cannot go through the door's inspect: its log is cut instead.
 BOOST_AUTO_TEST_CASE(a_target_known_only_locally_is_truncated_whatever_the_action) {
