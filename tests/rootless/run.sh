@@ -9,6 +9,7 @@
 #     docker CLI creates, through a proxy socket in XDG_RUNTIME_DIR, and the session's
 #     container, network and volume are reaped once the lease ends;
 #   - a container without the label, and another session's live container, are untouched;
+#   - a runaway log in the user's own storage is capped (logs.max_size);
 #   - root is refused at the user's control socket (control.allow_root is false).
 # Each run lives in one temp dir (HOME, XDG_RUNTIME_DIR, the binaries): Podman's storage is
 # $HOME/.local/share/containers inside it. The service and reaperd are stopped by their pids.
@@ -64,13 +65,13 @@ default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 CONF
 printf '[storage]\ndriver = "vfs"\n' | as_user tee "$home/.config/containers/storage.conf" >/dev/null
 # A short grace and resync, so that the test waits seconds.
-printf 'sessions:\n  lease_grace: 1s\nreaper:\n  resync_interval: 2s\n' |
+printf 'sessions:\n  lease_grace: 1s\nreaper:\n  resync_interval: 2s\nlogs:\n  max_size: 4MiB\n' |
   as_user tee "$home/.config/reaperd/reaperd.yaml" >/dev/null
 
 image=$dir/image
 mkdir -p "$image/bin"
 cp /bin/busybox "$image/bin/"
-for tool in sh sleep echo; do ln -s busybox "$image/bin/$tool"; done
+for tool in sh sleep echo yes; do ln -s busybox "$image/bin/$tool"; done
 tar -C "$image" -c . >"$dir/bb.tar"
 chmod 0644 "$dir/bb.tar"
 as_user podman import -q "$dir/bb.tar" bb:latest >/dev/null
@@ -122,6 +123,24 @@ for name in outsider other-session; do
   [ "$(as_user podman inspect -f '{{.State.Running}}' "$name" 2>&1)" = true ] && echo "ok: $name untouched" ||
     fail "$name was touched"
 done
+
+# A runaway log in the user's own storage (k8s-file, ~/.local/share/containers/...), located
+# by inspect's LogPath as on a rootful engine, and written by conmon as the user: capped. A
+# `yes` fills it at ~230 MB/s (README, Supported engines), so it is checked with room: at most
+# twice the cap after 3 s, which uncapped would be ~700 MB.
+as_user podman run -d --name runaway --label reaperd.session=live --network none bb:latest yes >/dev/null
+log_path=$(as_user podman inspect -f '{{.HostConfig.LogConfig.Path}}' runaway)
+[ -z "$log_path" ] && log_path=$(as_user podman inspect -f '{{.LogPath}}' runaway)
+sleep 3
+size=$(stat -c %s "$log_path")
+as_user podman rm -f -t 0 runaway >/dev/null
+truncations=$(as_user reaperctl status | sed -n 's/^ *truncate: \([0-9]*\)$/\1/p')
+case "$log_path" in "$home/.local/share/containers/"*) ;; *) fail "log not under the user's storage: $log_path" ;; esac
+if ((size <= 8 * 1024 * 1024 && ${truncations:-0} > 0)); then
+  echo "ok: runaway log capped: $size bytes after 3 s (cap 4 MiB), $truncations truncations"
+else
+  fail "runaway log not capped: $size bytes, ${truncations:-0} truncations ($log_path)"
+fi
 
 refused=$("$dir/bin/reaperctl" --socket "$runtime/reaperd/control.sock" status 2>&1) && fail "root was admitted"
 grep -q "serves uid $(id -u "$user") only" <<<"$refused" && echo "ok: root refused: $refused" ||
