@@ -13,6 +13,7 @@
 #include "reaperctl_format.hpp"
 #include "errno_text.hpp"
 #include "unique_fd.hpp"
+#include "user_defaults.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -71,7 +72,10 @@ const char* const usage_text =
     "                               tool's DOCKER_HOST is a private socket that labels every\n"
     "                               container, network and volume it creates with\n"
     "                               reaperd.session=SESSION; requests go on to the engine at\n"
-    "                               ADDR (default: $DOCKER_HOST, else unix:///var/run/docker.sock)\n"
+    "                               ADDR (default: $DOCKER_HOST, else unix:///var/run/docker.sock;\n"
+    "                               a user other than root: the first of\n"
+    "                               $XDG_RUNTIME_DIR/docker.sock and podman/podman.sock that\n"
+    "                               answers, as reaperd does)\n"
     "  end SESSION [--wait [--timeout DUR]] [--json]\n"
     "                               end SESSION now: reaperd reaps its containers (and then\n"
     "                               its networks and volumes); says how many were queued.\n"
@@ -99,7 +103,9 @@ const char* const usage_text =
     "                               unix:///var/run/docker.sock"
     "\n"
     "Options:\n"
-    "  --socket PATH   the control socket (default: $REAPERD_SOCKET, else /run/reaperd/control.sock)\n"
+    "  --socket PATH   the control socket (default: $REAPERD_SOCKET; else, for a user other than\n"
+    "                  root, $XDG_RUNTIME_DIR/reaperd/control.sock if it exists; else\n"
+    "                  /run/reaperd/control.sock)\n"
     "  --help          show this help\n"
     "  --version       show the version\n"
     "\n"
@@ -229,7 +235,13 @@ public:
     // What the proxy labelled goes to `keeper` (and so to reaperd's status) as it happens.
     OwnedEngine(const std::string& session, const reaper::EngineAddress& upstream,
                 control::LeaseKeeper& keeper) {
-        const auto base = std::filesystem::temp_directory_path() / "reaperctl-own.XXXXXX";
+        // A user's private runtime dir when there is one (a user's tmp may be shared with
+        // others, and is cleaned by age): the socket then lives where the user's engine does.
+        const auto runtime = reaper::defaults::process_environment("XDG_RUNTIME_DIR");
+        const auto base = (::getuid() != 0 && runtime && runtime->starts_with("/")
+                               ? std::filesystem::path(*runtime)
+                               : std::filesystem::temp_directory_path()) /
+                          "reaperctl-own.XXXXXX";
         std::string pattern = base.string();
         if (!::mkdtemp(pattern.data())) {
             throw std::runtime_error("cannot make a temp dir for the engine socket: " +
@@ -626,7 +638,11 @@ int dispatch(const Arguments& args) {
         std::optional<reaper::EngineAddress> own_upstream;
         if (args.own) {
             try {
+                namespace defaults = reaper::defaults;
+                const auto engine = defaults::choose_engine(::getuid(), defaults::process_environment,
+                                                            defaults::socket_answers);
                 own_upstream = args.engine ? reaper::EngineAddress::parse(*args.engine)
+                               : engine    ? reaper::EngineAddress::parse(*engine)
                                            : reaper::EngineAddress::from_environment();
             } catch (const std::invalid_argument& e) {
                 throw UsageError{e.what()};

@@ -341,7 +341,8 @@ const std::vector<Section>& sections() {
           field<&C::control, &ControlConfig::group>("group"),
           field<&C::control, &ControlConfig::max_connections>("max_connections"),
           field<&C::control, &ControlConfig::max_connections_per_uid>("max_connections_per_uid"),
-          field<&C::control, &ControlConfig::max_leases_per_uid>("max_leases_per_uid")}},
+          field<&C::control, &ControlConfig::max_leases_per_uid>("max_leases_per_uid"),
+          field<&C::control, &ControlConfig::allow_root>("allow_root")}},
         {"state", {field<&C::state, &StateConfig::dir>("dir")}},
         {"sessions",
          {field<&C::sessions, &SessionsConfig::labels>("labels"),
@@ -759,7 +760,7 @@ std::string describe_all(const std::vector<ConfigProblem>& problems) {
 ConfigError::ConfigError(std::vector<ConfigProblem> problems)
     : std::runtime_error(describe_all(problems)), problems_(std::move(problems)) {}
 
-Config parse_config(std::string_view yaml_text, const std::string& file) {
+Config parse_config(std::string_view yaml_text, const std::string& file, const Config& defaults) {
     std::vector<YAML::Node> documents;
     try {
         const std::string text(yaml_text);
@@ -776,7 +777,7 @@ Config parse_config(std::string_view yaml_text, const std::string& file) {
     }
 
     Parser parser(file);
-    Config config;
+    Config config = defaults;
     for (std::size_t i = 1; i < documents.size(); ++i) {
         if (!documents[i].IsNull()) {
             parser.problem(documents[i].Mark(), "",
@@ -841,7 +842,7 @@ ConfigProblem locate_problem(const std::string& file, const std::string& key, co
     return problem;
 }
 
-Config load_config(const std::string& path) {
+Config load_config(const std::string& path, const Config& defaults) {
     const reaper::detail::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd)
         throw ConfigError({file_problem(path, "cannot open: " + reaper::detail::errno_text(errno))});
@@ -857,7 +858,7 @@ Config load_config(const std::string& path) {
     }
     if (error != 0)
         throw ConfigError({file_problem(path, "cannot read: " + reaper::detail::errno_text(error))});
-    return parse_config(text, path);
+    return parse_config(text, path, defaults);
 }
 
 std::string format_config(const Config& config) {

@@ -37,6 +37,8 @@ struct EngineConfig {
 };
 
 struct ControlConfig {
+    // A user other than root: $XDG_RUNTIME_DIR/reaperd/control.sock (main passes it as the
+    // default; lib/src/user_defaults.hpp).
     std::string socket = "/run/reaperd/control.sock";
     std::string group;  // "" = the daemon's own group; the socket is mode 0660
     // Connections served at once (leases included), lowered at start-up to fit the
@@ -48,12 +50,15 @@ struct ControlConfig {
     // uid does not reach, yet one uid cannot take every connection from the others.
     unsigned max_connections_per_uid = 3072;
     unsigned max_leases_per_uid = 2048;  // leases held at once by that uid's connections
+    // A reaperd run by a user other than root serves that uid only (SO_PEERCRED); this admits
+    // root as well. No effect on root's reaperd, whose socket's mode and group decide.
+    bool allow_root = false;
 
     friend bool operator==(const ControlConfig&, const ControlConfig&) = default;
 };
 
 struct StateConfig {
-    std::string dir = "/var/lib/reaperd";
+    std::string dir = "/var/lib/reaperd";  // a user other than root: $XDG_STATE_HOME/reaperd
 
     friend bool operator==(const StateConfig&, const StateConfig&) = default;
 };
@@ -165,12 +170,13 @@ private:
 // unlocated, when the file does not set it or cannot be read again).
 ConfigProblem locate_problem(const std::string& file, const std::string& key, const std::string& message);
 
-// Parses YAML text (`file` names it in errors). Missing keys take their defaults; unknown
+// Parses YAML text (`file` names it in errors). Missing keys take their value in `defaults`
+// (a user's reaperd passes its own control.socket and state.dir: user_defaults.hpp); unknown
 // keys, wrong types, bad units and invalid values are problems. Throws ConfigError listing
 // every problem found.
-Config parse_config(std::string_view yaml_text, const std::string& file);
+Config parse_config(std::string_view yaml_text, const std::string& file, const Config& defaults = Config{});
 // Reads and parses a file; an unreadable file is a ConfigError too.
-Config load_config(const std::string& path);
+Config load_config(const std::string& path, const Config& defaults = Config{});
 
 // The config as YAML with every key (no comments), for --check-config to show the
 // effective config; parse_config(format_config(c), ...) == c.

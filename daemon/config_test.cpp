@@ -3,9 +3,11 @@
 #include <boost/test/unit_test.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <unistd.h>
 
@@ -65,10 +67,19 @@ BOOST_AUTO_TEST_CASE(shipped_config_sets_and_explains_every_key) {
     for (std::string line; std::getline(in, line);)
         lines.push_back(line);
 
+    // The keys whose default follows the user reaperd runs as are shown commented out (so
+    // that a user's reaperd reading this file keeps its own), with root's default.
+    const std::map<std::string, std::string> per_user{{"control.socket", "  # socket: /run/reaperd/control.sock"},
+                                                      {"state.dir", "  # dir: /var/lib/reaperd"}};
     for (const std::string& key : config_keys()) {
         BOOST_TEST_CONTEXT(key) {
             const std::string section = key.substr(0, key.find('.'));
             const std::string name = key.substr(key.find('.') + 1);
+            if (auto it = per_user.find(key); it != per_user.end()) {
+                BOOST_TEST(!root[section][name].IsDefined());
+                BOOST_TEST((std::find(lines.begin(), lines.end(), it->second) != lines.end()));
+                continue;
+            }
             const YAML::Node value = root[section][name];
             BOOST_TEST_REQUIRE(value.IsDefined());
             // The line before the key is (the end of) a comment explaining it.
@@ -576,4 +587,19 @@ BOOST_AUTO_TEST_CASE(enum_names) {
     BOOST_TEST(to_string(LogAction::remove) == "remove");
     BOOST_TEST(to_string(LogScope::sessions) == "sessions");
     BOOST_TEST(to_string(LogScope::all) == "all");
+}
+
+// A user's reaperd passes its own socket and state dir as defaults: the shipped file (which
+// leaves both unset) then gives that user's paths, and a file that sets them wins.
+BOOST_AUTO_TEST_CASE(missing_keys_take_the_given_defaults) {
+    Config user;
+    user.control.socket = "/run/user/1000/reaperd/control.sock";
+    user.state.dir = "/home/u/.local/state/reaperd";
+    const Config shipped = load_config(shipped_config, user);
+    BOOST_TEST(shipped.control.socket == user.control.socket);
+    BOOST_TEST(shipped.state.dir == user.state.dir);
+    const Config set = parse_config("control:\n  socket: /x/c.sock\n  allow_root: true\n", "c.yaml", user);
+    BOOST_TEST(set.control.socket == "/x/c.sock");
+    BOOST_TEST(set.control.allow_root);
+    BOOST_TEST(set.state.dir == user.state.dir);
 }

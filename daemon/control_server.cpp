@@ -188,9 +188,15 @@ control::Reply ControlHandler::session_report(const std::string&) {
     throw Refused("this daemon does not answer session queries");
 }
 
+bool peer_admitted(std::int64_t peer_uid, std::int64_t daemon_uid, bool allow_root) noexcept {
+    if (daemon_uid == 0) return true;
+    return peer_uid == daemon_uid || (peer_uid == 0 && allow_root);
+}
+
 struct ControlServer::Impl {
     Impl(const ControlConfig& config, ControlHandler& handler, ControlServerLimits limits)
         : path(config.socket),
+          allow_root(config.allow_root),
           handler(handler),
           limits(limits),
           max_connections_per_uid(limits.max_connections_per_uid),
@@ -374,6 +380,18 @@ struct ControlServer::Impl {
                 continue;
             }
             const auto peer = peer_credentials(fd.get());
+            if (!peer_admitted(peer.uid, own_uid, allow_root)) {
+                handler.request_refused("uid");
+                log(Priority::warning, {},
+                    "control server: refusing uid " + std::to_string(peer.uid) + ": this reaperd serves uid " +
+                        std::to_string(own_uid) + " only (control.allow_root admits root)",
+                    {{"REQUESTER_UID", std::to_string(peer.uid)}});
+                const auto reply = control::encode_error("this reaperd serves uid " + std::to_string(own_uid) +
+                                                         " only; uid " + std::to_string(peer.uid) + " is refused");
+                [[maybe_unused]] const auto n =
+                    ::send(fd.get(), reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+                continue;
+            }
             const std::size_t per_uid = max_connections_per_uid.load();
             if (per_uid > 0 && peer.uid >= 0 && by_uid[peer.uid].connections >= per_uid) {
                 auto& use = by_uid[peer.uid];
@@ -727,6 +745,7 @@ struct ControlServer::Impl {
     }
 
     std::string path;
+    const bool allow_root;  // control.allow_root, for peer_admitted()
     ControlHandler& handler;
     ControlServerLimits limits;
     UniqueFd listener;
@@ -761,6 +780,7 @@ struct ControlServer::Impl {
         bool leases_refusal_logged = false;
     };
     std::unordered_map<std::int64_t, UidUse> by_uid;
+    const std::int64_t own_uid = ::geteuid();
     // ControlServerLimits' per-uid limits; set_uid_limits() may change them from any thread.
     std::atomic<std::size_t> max_connections_per_uid;
     std::atomic<std::size_t> max_leases_per_uid;

@@ -76,7 +76,7 @@ public:
     virtual std::string status_json(const reaper::control::StatusQuery& query) = 0;
     virtual std::string metrics_text() = 0;  // Prometheus text exposition
     // A connection or lease refused by a limit, for a metric: `reason` is "connections"
-    // (max_connections), "connections_per_uid" or "leases_per_uid". Called on the thread
+    // (max_connections), "connections_per_uid", "leases_per_uid" or "uid" (peer_admitted). Called on the thread
     // serving every connection; must return at once. Ignored by default.
     virtual void request_refused(const std::string& reason);
 };
@@ -126,6 +126,13 @@ struct LeaseTerms {
     std::uint64_t log_max_size_bytes = 0;
     bool log_rotate_at_create = false;
 };
+
+// Whether a peer of uid `peer_uid` (SO_PEERCRED; -1 when the kernel does not say) may use the
+// control socket of a reaperd running as `daemon_uid`. root's reaperd admits whoever the
+// socket's mode and group let connect. A user's reaperd acts on that user's engine only, so
+// it admits that uid, and root only when control.allow_root says so; a user sharing the
+// daemon's group cannot end its sessions. Pure.
+bool peer_admitted(std::int64_t peer_uid, std::int64_t daemon_uid, bool allow_root) noexcept;
 
 class ControlServer {
 public:

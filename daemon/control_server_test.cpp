@@ -978,3 +978,24 @@ BOOST_AUTO_TEST_CASE(updates_and_proxy_fields_are_refused_where_they_do_not_belo
     BOOST_TEST(control::parse_reply(read_line(fd)).session == "newer");
     ::close(fd);
 }
+
+// A user's reaperd serves that uid only; root by control.allow_root; root's reaperd leaves
+// admission to the socket's mode and group.
+BOOST_AUTO_TEST_CASE(a_users_daemon_admits_its_own_uid_and_root_only_when_allowed) {
+    struct Row {
+        std::int64_t peer;
+        std::int64_t daemon;
+        bool allow_root;
+        bool admitted;
+    };
+    const std::vector<Row> rows{
+        {1000, 1000, false, true}, {1001, 1000, false, false}, {1001, 1000, true, false},
+        {0, 1000, false, false},   {0, 1000, true, true},      {-1, 1000, true, false},
+        {1000, 0, false, true},    {0, 0, false, true},        {-1, 0, false, true},
+    };
+    for (const Row& row : rows) {
+        BOOST_TEST_CONTEXT("peer " << row.peer << ", daemon " << row.daemon << ", allow_root " << row.allow_root) {
+            BOOST_TEST(reaperd::peer_admitted(row.peer, row.daemon, row.allow_root) == row.admitted);
+        }
+    }
+}

@@ -862,7 +862,7 @@ void Daemon::reload(TimePoint now) {
     // announce readiness the engine has not given yet.
     if (ready_) notify::reloading();
     try {
-        Config fresh = options_.config_path.empty() ? config_ : load_config(options_.config_path);
+        Config fresh = options_.config_path.empty() ? config_ : load_config(options_.config_path, options_.config_defaults);
         auto restart_needed = [&](bool changed, const char* key) {
             if (changed)
                 log(Priority::warning, {},
@@ -871,7 +871,8 @@ void Daemon::reload(TimePoint now) {
         restart_needed(fresh.engine != config_.engine, "engine");
         restart_needed(fresh.control.socket != config_.control.socket ||
                            fresh.control.group != config_.control.group ||
-                           fresh.control.max_connections != config_.control.max_connections,
+                           fresh.control.max_connections != config_.control.max_connections ||
+                           fresh.control.allow_root != config_.control.allow_root,
                        "control");
         restart_needed(fresh.state.dir != config_.state.dir, "state.dir");
         restart_needed(fresh.reaper.concurrency != config_.reaper.concurrency,
@@ -880,6 +881,7 @@ void Daemon::reload(TimePoint now) {
         fresh.control.socket = config_.control.socket;
         fresh.control.group = config_.control.group;
         fresh.control.max_connections = config_.control.max_connections;
+        fresh.control.allow_root = config_.control.allow_root;
         fresh.state = config_.state;
         fresh.reaper.concurrency = config_.reaper.concurrency;
         bool labels_changed = fresh.sessions.labels != config_.sessions.labels;

@@ -70,6 +70,7 @@ class LogCapper;
 
 struct DaemonOptions {
     std::string config_path;      // re-read on SIGHUP; "" = reload keeps the config
+    Config config_defaults;       // what config_path's missing keys mean (load_config)
     std::string engine_address;   // for log records
     bool handle_signals = true;   // SIGTERM/SIGINT stop, SIGHUP reloads
     bool control_server = true;   // serve config.control.socket (and metrics.listen, if set)

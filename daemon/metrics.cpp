@@ -193,7 +193,7 @@ void Metrics::control_refused(const std::string& reason) {
 }
 
 std::map<std::string, std::uint64_t> Metrics::control_refusals() const {
-    std::map<std::string, std::uint64_t> counts{{"connections", 0}, {"connections_per_uid", 0}, {"leases_per_uid", 0}};
+    std::map<std::string, std::uint64_t> counts{{"connections", 0}, {"connections_per_uid", 0}, {"leases_per_uid", 0}, {"uid", 0}};
     std::lock_guard lock(mutex_);
     for (const auto& [reason, count] : control_refused_) counts[reason] = count;
     return counts;
@@ -291,7 +291,8 @@ std::string Metrics::render(const Gauges& gauges) const {
     out << "reaperd_log_cut_fallbacks_total " << gauges.log_cut_fallbacks << '\n';
     header(out, "reaperd_control_refused_total", "counter",
            "Control connections and leases refused by a limit (control.max_connections, "
-           "control.max_connections_per_uid, control.max_leases_per_uid), by reason.");
+           "control.max_connections_per_uid, control.max_leases_per_uid) or, at a user's reaperd, "
+           "from another uid (uid), by reason.");
     for (const auto& [reason, count] : control_refusals())
         out << "reaperd_control_refused_total{reason=\"" << escape_label(reason) << "\"} " << count << '\n';
     header(out, "reaperd_state_save_failures_total", "counter",

@@ -322,6 +322,7 @@ BOOST_AUTO_TEST_CASE(control_refusals_are_counted_by_reason_every_reason_shown) 
     for (const char* line : {"# TYPE reaperd_control_refused_total counter\n",
                              "reaperd_control_refused_total{reason=\"connections\"} 0\n",
                              "reaperd_control_refused_total{reason=\"connections_per_uid\"} 1\n",
-                             "reaperd_control_refused_total{reason=\"leases_per_uid\"} 2\n"})
+                             "reaperd_control_refused_total{reason=\"leases_per_uid\"} 2\n",
+                             "reaperd_control_refused_total{reason=\"uid\"} 0\n"})
         BOOST_TEST(text.find(line) != std::string::npos, line);
 }

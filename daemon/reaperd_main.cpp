@@ -3,6 +3,7 @@
 #include "config.hpp"
 #include "daemon.hpp"
 #include "log.hpp"
+#include "user_defaults.hpp"
 
 #include <reaper/client.hpp>
 
@@ -13,6 +14,7 @@
 #include <malloc.h>
 #include <optional>
 #include <string>
+#include <unistd.h>
 
 namespace {
 
@@ -20,7 +22,7 @@ constexpr int exit_usage = 64;
 constexpr int exit_config = 78;
 
 const char* usage_text =
-    "Usage: reaperd --config FILE [--check-config]\n"
+    "Usage: reaperd [--config FILE] [--check-config]\n"
     "       reaperd --version | --help\n"
     "\n"
     "Reaps the Docker containers of ended sessions: containers labeled with one of\n"
@@ -28,13 +30,19 @@ const char* usage_text =
     "(its last lease closed and lease_grace passed, it was ended explicitly, or max_age\n"
     "passed). Containers without such a label are never stopped, killed or removed.\n"
     "\n"
-    "  --config FILE     the YAML config (every key: /etc/reaperd/reaperd.yaml)\n"
+    "  --config FILE     the YAML config (every key: /etc/reaperd/reaperd.yaml); without it\n"
+    "                    /etc/reaperd/reaperd.yaml, or for a user other than root the first of\n"
+    "                    $XDG_CONFIG_HOME/reaperd/reaperd.yaml (~/.config) and that one\n"
     "  --check-config    validate the config, print every problem, exit (78 if bad)\n"
     "  --version         print the version\n"
     "  --help            print this\n"
     "\n"
     "Runs in the foreground. SIGHUP re-reads the config; SIGTERM stops after removals in\n"
-    "flight. The engine is engine.host, else $DOCKER_HOST, else unix:///var/run/docker.sock;\n"
+    "flight. The engine is engine.host, else $DOCKER_HOST, else unix:///var/run/docker.sock\n"
+    "for root, and for another user the first of $XDG_RUNTIME_DIR/docker.sock and\n"
+    "$XDG_RUNTIME_DIR/podman/podman.sock that answers. A user's reaperd listens on\n"
+    "$XDG_RUNTIME_DIR/reaperd/control.sock, keeps its state in $XDG_STATE_HOME/reaperd\n"
+    "(~/.local/state) and serves that user only (control.allow_root admits root);\n"
     "its API version is negotiated unless engine.api_version or $DOCKER_API_VERSION pins it.\n"
     "TLS to a tcp:// engine uses the files in engine.tls_cert_path, else, when\n"
     "$DOCKER_TLS_VERIFY is set, in $DOCKER_CERT_PATH (or ~/.docker); plain TCP to another\n"
@@ -74,14 +82,39 @@ int main(int argc, char** argv) {
             return exit_usage;
         }
     }
+    // Where this user's files are when neither the command line nor the file says: pure
+    // (user_defaults.hpp); a user without XDG_RUNTIME_DIR has no private place for the socket.
+    namespace defaults = reaper::defaults;
+    const uid_t uid = ::geteuid();
+    reaperd::Config config_defaults;
+    try {
+        const defaults::DaemonPaths paths = defaults::daemon_paths(uid, defaults::process_environment);
+        config_defaults.control.socket = paths.control_socket;
+        config_defaults.state.dir = paths.state_dir;
+    } catch (const defaults::DefaultsError& e) {
+        std::fprintf(stderr, "reaperd: %s\n", e.what());
+        return exit_config;
+    }
     if (config_path.empty()) {
-        std::fprintf(stderr, "reaperd: --config FILE is required\n%s", usage_text);
-        return exit_usage;
+        const auto files = defaults::config_files(uid, defaults::process_environment);
+        for (const std::string& file : files) {
+            if (::access(file.c_str(), F_OK) == 0) {
+                config_path = file;
+                break;
+            }
+        }
+        if (config_path.empty()) {
+            std::string looked;
+            for (const std::string& file : files) looked += (looked.empty() ? "" : ", ") + file;
+            std::fprintf(stderr, "reaperd: no config file: none of %s exists (or give --config FILE)\n",
+                         looked.c_str());
+            return exit_config;
+        }
     }
 
     reaperd::Config config;
     try {
-        config = reaperd::load_config(config_path);
+        config = reaperd::load_config(config_path, config_defaults);
     } catch (const reaperd::ConfigError& e) {
         print_problems(e);
         return exit_config;
@@ -98,8 +131,20 @@ int main(int argc, char** argv) {
     const bool host_in_file = !config.engine.host.empty();
     const bool tls_in_file = !config.engine.tls_cert_path.empty();
     try {
-        client_options.address = host_in_file ? reaper::EngineAddress::parse(config.engine.host)
-                                              : reaper::EngineAddress::from_environment();
+        if (host_in_file) {
+            client_options.address = reaper::EngineAddress::parse(config.engine.host);
+        } else if (auto engine = defaults::choose_engine(uid, defaults::process_environment, defaults::socket_answers)) {
+            client_options.address = reaper::EngineAddress::parse(*engine);
+        } else {
+            // A user's engine that is not up yet: exit 1, so that systemd restarts reaperd
+            // until it is (the user unit orders itself after podman.socket and docker).
+            std::string tried;
+            for (const auto& candidate : defaults::engine_candidates(uid, defaults::process_environment))
+                tried += (tried.empty() ? "" : " or ") + candidate;
+            std::fprintf(stderr, "reaperd: no engine answers at %s; start one or set DOCKER_HOST or engine.host\n",
+                         tried.empty() ? "(no XDG_RUNTIME_DIR)" : tried.c_str());
+            return 1;
+        }
         client_options.pinned_api_version = config.engine.api_version.empty()
                                                 ? reaper::api_version_from_environment()
                                                 : config.engine.api_version;
@@ -139,6 +184,7 @@ int main(int argc, char** argv) {
     try {
         reaperd::DaemonOptions options;
         options.config_path = config_path;
+        options.config_defaults = config_defaults;
         options.engine_address = client_options.address.to_string();
         reaperd::EngineAdapter engine(*client);
         reaperd::Daemon daemon(std::move(config), engine, options);

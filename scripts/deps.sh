@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes
   systemd debootstrap lintian
   podman runc  # scripts/test-podman.sh: a private Podman engine (README, Supported engines)
+  uidmap slirp4netns rootlesskit  # rootless Podman and Docker as a plain user (README, Rootless engines)
   prometheus  # prometheus_test: a real Prometheus scrapes reaperd; promtool lints the exposition
 )
 # own_clients_test runs testcontainers-node (scripts/fetch-testcontainers.sh): Debian's Node

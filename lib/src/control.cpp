@@ -4,6 +4,7 @@
 #include "errno_text.hpp"
 #include "signals_blocked.hpp"
 #include "unique_fd.hpp"
+#include "user_defaults.hpp"
 
 #include <Poco/Dynamic/Var.h>
 #include <Poco/Exception.h>
@@ -851,8 +852,7 @@ ErrorReply::ErrorReply(const std::string& what, Reply reply)
     : ControlError(what), reply_(std::make_shared<const Reply>(std::move(reply))) {}
 
 std::string socket_path_from_environment() {
-    const char* path = std::getenv("REAPERD_SOCKET");
-    return path != nullptr && *path != '\0' ? std::string(path) : std::string(default_socket_path);
+    return defaults::client_socket(::getuid(), defaults::process_environment, defaults::socket_exists);
 }
 
 ControlClient::ControlClient(std::string socket_path, std::chrono::milliseconds timeout)

@@ -11,7 +11,7 @@
     reaperd.orphan(container_id)               # reap one container now (a delete failed)
     reaperd.status()                           # the daemon's status, a dict
 
-The socket is $REAPERD_SOCKET or /run/reaperd/control.sock unless socket_path= is given.
+The socket is $REAPERD_SOCKET, else the user's own reaperd's (socket_path_from_environment), unless socket_path= is given.
 The protocol: docs/control-protocol.md. The pytest plugin: reaperd.pytest_plugin.
 """
 

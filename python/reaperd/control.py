@@ -9,6 +9,7 @@ import logging
 import os
 import select
 import socket
+import stat
 import threading
 import time
 
@@ -75,9 +76,37 @@ class ProtocolViolation(ValueError):
     """An argument the protocol does not allow (raised before connecting)."""
 
 
-def socket_path_from_environment():
-    """$REAPERD_SOCKET if set and non-empty, else /run/reaperd/control.sock."""
-    return os.environ.get("REAPERD_SOCKET") or DEFAULT_SOCKET_PATH
+def socket_path_from_environment(uid=None, environ=None, exists=None):
+    """Where reaperd is, by the rule of the C++ library (lib/src/user_defaults.hpp).
+
+    $REAPERD_SOCKET if set and non-empty; else, for root, /run/reaperd/control.sock (the
+    system daemon's); else, for any other user, their own daemon's
+    $XDG_RUNTIME_DIR/reaperd/control.sock if that socket exists, then
+    /run/reaperd/control.sock if that one does, else the user's own path (so that a
+    connection error names it). A relative XDG_RUNTIME_DIR counts as unset. uid, environ
+    and exists (a path -> bool probe) default to the process's own.
+    """
+    uid = os.geteuid() if uid is None else uid
+    environ = os.environ if environ is None else environ
+    exists = _is_socket if exists is None else exists
+    if environ.get("REAPERD_SOCKET"):
+        return environ["REAPERD_SOCKET"]
+    candidates = []
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if uid != 0 and runtime.startswith("/"):
+        candidates.append(runtime + "/reaperd/control.sock")
+    candidates.append(DEFAULT_SOCKET_PATH)
+    for candidate in candidates:
+        if exists(candidate):
+            return candidate
+    return candidates[0]
+
+
+def _is_socket(path):
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _validate_token(what, value, max_bytes):

@@ -40,7 +40,8 @@ def pytest_addoption(parser):
                     help="session id to lease and label with (default: $REAPERD_SESSION or a "
                          "new one)")
     group.addoption("--reaperd-socket", default=None, metavar="PATH",
-                    help="reaperd's control socket (default: $REAPERD_SOCKET or "
+                    help="reaperd's control socket (default: $REAPERD_SOCKET, else the user's "
+                         "$XDG_RUNTIME_DIR/reaperd/control.sock if it exists, else "
                          "/run/reaperd/control.sock)")
     group.addoption("--reaperd-required", action="store_true", default=False,
                     help="fail the fixtures when reaperd cannot be reached")

@@ -21,13 +21,44 @@ BOOST_AUTO_TEST_CASE(command_line_version_help_and_config_errors) {
     BOOST_TEST(run("--version") == 0);
     BOOST_TEST(run("--help") == 0);
     BOOST_TEST(run("--bogus") == 64);
-    BOOST_TEST(run("") == 64);
     Reaperd d;
     BOOST_TEST(run("--check-config --config " + d.dir + "/reaperd.yaml") == 0);
     std::ofstream(d.dir + "/bad.yaml") << "sessions:\n  lease_grace: soon\n  nope: 1\n";
     BOOST_TEST(run("--check-config --config " + d.dir + "/bad.yaml") == 78);
     BOOST_TEST(run("--config " + d.dir + "/bad.yaml") == 78);
     BOOST_TEST(run("--config " + d.dir + "/missing.yaml") == 78);
+}
+
+// Without --config, a user other than root reads $XDG_CONFIG_HOME/reaperd/reaperd.yaml; with
+// no XDG_RUNTIME_DIR it is refused (78), never sent to /run (README, Rootless engines). As
+// uid 65534, whose defaults no file on this machine can change (root's would read
+// /etc/reaperd/reaperd.yaml, and run if it exists).
+BOOST_AUTO_TEST_CASE(a_users_reaperd_finds_its_config_by_xdg_and_needs_a_runtime_dir) {
+    char pattern[] = "/tmp/reaperd-xdg.XXXXXX";
+    BOOST_REQUIRE(::mkdtemp(pattern) != nullptr);
+    const std::string dir = pattern;
+    std::filesystem::create_directories(dir + "/config/reaperd");
+    std::ofstream(dir + "/config/reaperd/reaperd.yaml") << "sessions:\n  lease_grace: 3s\n";
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                          std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                          std::filesystem::perms::others_exec);
+    auto as_nobody = [](const std::string& env) {
+        const std::string command = "setpriv --reuid=65534 --regid=65534 --clear-groups env -i " + env + " " +
+                                    REAPERD_PATH + " --check-config 2>&1";
+        std::string output;
+        FILE* pipe = ::popen(command.c_str(), "r");
+        char buffer[512];
+        while (pipe && std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
+        const int status = pipe ? ::pclose(pipe) : -1;
+        return std::pair{WEXITSTATUS(status), output};
+    };
+    const auto [found, found_text] = as_nobody("XDG_RUNTIME_DIR=/tmp HOME=/nonexistent XDG_CONFIG_HOME=" + dir + "/config");
+    BOOST_TEST(found == 0);
+    BOOST_TEST(found_text == dir + "/config/reaperd/reaperd.yaml: OK\n");
+    const auto [refused, refused_text] = as_nobody("HOME=/nonexistent XDG_CONFIG_HOME=" + dir + "/config");
+    BOOST_TEST(refused == 78);
+    BOOST_TEST(refused_text.find("XDG_RUNTIME_DIR is not set to an absolute path") != std::string::npos, refused_text);
+    std::filesystem::remove_all(dir);
 }
 
 BOOST_AUTO_TEST_CASE(a_dropped_lease_reaps_after_the_grace_and_not_before) {

@@ -77,6 +77,24 @@ def test_the_default_socket_path(monkeypatch):
     assert reaperd.socket_path_from_environment() == "/run/reaperd/control.sock"
 
 
+@pytest.mark.parametrize("uid, environ, present, expected", [
+    (1000, {"REAPERD_SOCKET": "/tmp/x.sock", "XDG_RUNTIME_DIR": "/r"}, {"/r/reaperd/control.sock"}, "/tmp/x.sock"),
+    (1000, {"REAPERD_SOCKET": "", "XDG_RUNTIME_DIR": "/r"}, {"/r/reaperd/control.sock"}, "/r/reaperd/control.sock"),
+    (1000, {"XDG_RUNTIME_DIR": "/r"}, {"/r/reaperd/control.sock", "/run/reaperd/control.sock"},
+     "/r/reaperd/control.sock"),
+    # No user daemon: the system one, which control.group may open to this user.
+    (1000, {"XDG_RUNTIME_DIR": "/r"}, {"/run/reaperd/control.sock"}, "/run/reaperd/control.sock"),
+    # Neither: the user's own, so the connection error names it.
+    (1000, {"XDG_RUNTIME_DIR": "/r"}, set(), "/r/reaperd/control.sock"),
+    (1000, {"XDG_RUNTIME_DIR": "r"}, {"r/reaperd/control.sock"}, "/run/reaperd/control.sock"),
+    (1000, {}, set(), "/run/reaperd/control.sock"),
+    (0, {"XDG_RUNTIME_DIR": "/r"}, {"/r/reaperd/control.sock"}, "/run/reaperd/control.sock"),
+])
+def test_a_users_socket_follows_the_rule_of_the_cpp_library(uid, environ, present, expected):
+    # The same rows as lib/src/user_defaults_test.cpp clients_find_the_users_daemon_after_reaperd_socket.
+    assert reaperd.socket_path_from_environment(uid, environ, present.__contains__) == expected
+
+
 @pytest.mark.parametrize("session, message", [
     ("", "session id is empty"),
     ("a b", 'session id "a b" has a space, control or non-ASCII character at byte 1'),

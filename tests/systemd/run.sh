@@ -15,7 +15,9 @@
 #      the error in the journal;
 #   6. the package installed again (the upgrade path restarts reaperd) keeps a live
 #      session's container, leased by `reaperctl hold`, which is reaped once the holder ends;
-#   7. `systemctl stop` exits cleanly (status 0, result success).
+#   7. `systemctl stop` exits cleanly (status 0, result success);
+#   8. the user unit, under the manager of a lingering plain user: READY, a reap, its records
+#      in `journalctl --user -u reaperd`, the watchdog, a clean stop (issue 22).
 #
 # Usage: tests/systemd/run.sh REAPERD_DEB
 # Environment: REAPERD_TEST_CACHE (default /var/cache/reaperd-test) keeps the debootstrapped
@@ -73,14 +75,17 @@ if [ ! -d "$base_rootfs" ]; then
   mv "$base_rootfs.tmp" "$base_rootfs"
 fi
 
-# The package's run-time dependencies go into the cached root file system once (from the
-# mirror); the package itself goes into a per-run copy.
+# The package's run-time dependencies (and libpam-systemd, for step 8) go into the cached root
+# file system once (from the mirror); the package itself goes into a per-run copy.
 missing=()
 while read -r dep; do
   [ -n "$dep" ] || continue
   chroot "$base_rootfs" dpkg-query -W -f='${Status}' "$dep" 2>/dev/null | grep -q 'install ok installed' \
     || missing+=("$dep")
-done < <(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/:any//; s/ //g')
+done < <(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/:any//; s/ //g'
+         # and for the user unit's step: pam_systemd gives a lingering user's manager its
+         # XDG_RUNTIME_DIR.
+         echo libpam-systemd)
 if ((${#missing[@]})); then
   step "installing ${missing[*]} into the cached root file system"
   cp /etc/resolv.conf "$base_rootfs/etc/resolv.conf"
@@ -425,6 +430,89 @@ if wait_for 10 logged_stopped; then
   pass "reaperd logged 'stopped'"
 else
   fail "no 'stopped' record"
+fi
+
+# 8. The user unit (issue 22) under the user manager of a lingering plain user, the system
+# reaperd stopped (step 7): `systemctl --user enable --now reaperd` starts it with READY and
+# the watchdog, a session is reaped, `journalctl --user -u reaperd` shows the record with its
+# fields, and a stall is restarted by the watchdog. Its engine is the private one, reached
+# through DOCKER_HOST in a user drop-in (the socket handed to the user: rootless engines are
+# tested in tests/rootless/).
+step "the user unit under a lingering user's manager"
+user=reaperd-test
+in_ctr useradd --create-home --shell /bin/sh "$user" >/dev/null 2>&1
+uid=$(in_ctr id -u "$user" | tr -d '\r')
+in_ctr chown "$user" /run/docker.sock
+in_ctr sh -c "mkdir -p /home/$user/.config/systemd/user/reaperd.service.d /home/$user/.config/reaperd &&
+  printf '[Service]\nEnvironment=DOCKER_HOST=unix:///run/docker.sock\nWatchdogSec=4s\nRestartSec=1s\n' \
+    >/home/$user/.config/systemd/user/reaperd.service.d/test.conf &&
+  printf 'sessions:\n  lease_grace: 1s\n' >/home/$user/.config/reaperd/reaperd.yaml &&
+  chown -R $user: /home/$user/.config"
+in_ctr loginctl enable-linger "$user"
+as_user() { in_ctr runuser -u "$user" -- env XDG_RUNTIME_DIR="/run/user/$uid" "$@"; }
+user_manager_up() { [ "$(in_ctr systemctl is-active "user@$uid.service" 2>/dev/null | tr -d '\r')" = active ]; }
+if wait_for 60 user_manager_up; then
+  pass "enable-linger started user@$uid.service"
+else
+  in_ctr systemctl status --no-pager "user@$uid.service" | tail -n 20
+  fail "the user manager of $user did not start"
+fi
+user_prop() { as_user systemctl --user show -p "$1" --value reaperd.service 2>/dev/null | tr -d '\r'; }
+user_active() { [ "$(user_prop ActiveState)" = active ]; }
+if as_user systemctl --user enable --now reaperd >"$work/user-enable.log" 2>&1 && user_active; then
+  pass "systemctl --user enable --now reaperd: active once READY (pid $(user_prop MainPID), watchdog $(user_prop WatchdogUSec))"
+else
+  cat "$work/user-enable.log"
+  as_user systemctl --user status --no-pager reaperd | tail -n 20
+  in_ctr journalctl --no-pager _SYSTEMD_USER_UNIT=reaperd.service | tail -n 20
+  fail "the user unit did not become active"
+fi
+if as_user test -S "/run/user/$uid/reaperd/control.sock" && as_user test -d "/home/$user/.local/state/reaperd"; then
+  pass "its control socket is in XDG_RUNTIME_DIR and its state in ~/.local/state"
+else
+  fail "no control socket in /run/user/$uid/reaperd or no state in ~/.local/state/reaperd"
+fi
+user_session=systemd-user-$$
+user_victim=$(docker_cli create --network none --label "reaperd.session=$user_session" --name "user-victim-$$" \
+  reaperd-systemd-test/busybox:latest sleep 600)
+docker_cli start "$user_victim" >/dev/null
+sleep 2
+as_user reaperctl run "$user_session" -- true || fail "reaperctl run as $user (the socket found by the XDG rule)"
+user_victim_gone() { ! docker_cli inspect "$user_victim" >/dev/null 2>&1; }
+if wait_for 60 user_victim_gone; then
+  pass "the user's reaperd reaped the session's container after its lease"
+else
+  fail "the user's session container is still there"
+  docker_cli rm -f "$user_victim" >/dev/null 2>&1
+fi
+user_record=""
+user_reap_recorded() {
+  user_record=$(as_user journalctl --user -u reaperd --no-pager -o json "MESSAGE_ID=$reaped_id" \
+    "CONTAINER_ID=$user_victim" 2>/dev/null | tail -n 1)
+  [ -n "$user_record" ]
+}
+if wait_for 30 user_reap_recorded && grep -q "\"SESSION_ID\":\"$user_session\"" <<<"$user_record"; then
+  pass "journalctl --user -u reaperd (as $user) shows the reap with MESSAGE_ID, CONTAINER_ID and SESSION_ID"
+else
+  as_user journalctl --user -u reaperd --no-pager 2>&1 | tail -n 10
+  fail "no reap record in journalctl --user -u reaperd as $user"
+fi
+old_user_pid=$(user_prop MainPID)
+as_user systemctl --user kill --kill-whom=main --signal=SIGSTOP reaperd
+user_restarted() {
+  local pid
+  pid=$(user_prop MainPID)
+  [ "$pid" != 0 ] && [ "$pid" != "$old_user_pid" ] && user_active
+}
+if wait_for 90 user_restarted; then
+  pass "SIGSTOP: the watchdog restarted the user's reaperd (pid $old_user_pid -> $(user_prop MainPID))"
+else
+  fail "the user's reaperd was not restarted after SIGSTOP"
+fi
+if as_user systemctl --user stop reaperd && [ "$(user_prop Result)" = success ]; then
+  pass "systemctl --user stop: clean"
+else
+  fail "systemctl --user stop: Result=$(user_prop Result)"
 fi
 
 echo "--- the journal of reaperd.service (last 40 lines)"

@@ -197,7 +197,10 @@ std::string encode_metrics_reply(std::string_view metrics_text);
 // of the wrong type.
 Reply parse_reply(std::string_view line);
 
-// The socket path: $REAPERD_SOCKET if set and non-empty, else default_socket_path.
+// The socket path: $REAPERD_SOCKET if set and non-empty; else, for root, default_socket_path
+// (the system daemon's); else, for any other user, their own daemon's
+// $XDG_RUNTIME_DIR/reaperd/control.sock if that socket exists, then default_socket_path if
+// that one does, else the user's own path (so a connection error names it).
 std::string socket_path_from_environment();
 
 // A lease held on one connection; released when destroyed or by release().
