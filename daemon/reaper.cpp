@@ -41,8 +41,13 @@ bool RemovalPace::answered(TimePoint sent, TimePoint now) {
     smoothed_ = smoothed_ ? *smoothed_ + (latency - *smoothed_) / 8 : latency;
     const bool recovered = silent_;
     silent_ = false;
+    if (recovered) back_since_ = now;
     const double max = static_cast<double>(std::max(1u, config_.max_limit));
-    if (latency > config_.slow_answer) {
+    // An attempt sent before the engine came back waited out the silence: its latency says
+    // how long the stall lasted, not how fast the engine is now (counted as slow, the probe
+    // that ends a 60 s stall would halve the limit it is to slow-start from).
+    const bool measures_now = !back_since_ || sent >= *back_since_;
+    if (latency > config_.slow_answer && measures_now) {
         // Once per slow_answer at most: the answers of one congested round all come slow,
         // and each halving would otherwise count the same congestion again.
         if (!last_decrease_ || now - *last_decrease_ >= config_.slow_answer) {

@@ -40,7 +40,8 @@ struct ReapResult {
 // How many removal attempts the loop keeps in flight, fitted to what the engine delivers, as
 // TCP fits its window (AIMD): one more per answer up to half the limit that last worked
 // (slow start), then one more per `limit` answers; halved on an answer slower than
-// slow_answer; down to a single probe at the first attempt the engine did not answer within
+// slow_answer (not for an attempt sent before the engine came back from a silence, which
+// measures the silence); down to a single probe at the first attempt the engine did not answer within
 // its request timeout, until an answer comes. So a stalled engine holds at most the attempts
 // that were in flight when it stalled, never a pile of new ones (issue 23: 16 workers each
 // waiting 30 s on a stalled DELETE, then more, took reaperd's backlog to 956). Pure: events
@@ -104,6 +105,7 @@ private:
     double threshold_; // slow start below it, one per window above
     bool silent_ = false;
     std::optional<TimePoint> last_decrease_;
+    std::optional<TimePoint> back_since_;  // when the last silence ended
     std::multiset<TimePoint> sent_;            // attempts in flight, by when they were sent
     std::deque<TimePoint> timeouts_;           // within the window
     std::deque<std::pair<TimePoint, Duration>> answers_;  // when, and how long: within the window

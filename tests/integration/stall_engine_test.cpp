@@ -58,8 +58,10 @@ std::set<std::string> session_owned_on_engine() {
     return ids;
 }
 
-// How many containers the engine force-removes per second, measured now as reaperd's reaps
-// remove them (running `sleep` containers), from 4 threads at once.
+// How many containers the engine removes per second, measured now as reaperd's door removes
+// them (an inspect, then a force-remove of a running `sleep` container), from 4 threads at
+// once. Measured right after the drain: the machine's load (other tests, other work on its
+// 2 cores) moves the engine's pace by half within minutes here.
 double measured_remove_rate() {
     constexpr int count = 16;
     std::vector<std::string> ids;
@@ -69,7 +71,11 @@ double measured_remove_rate() {
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t)
         threads.emplace_back([&] {
-            for (int i; (i = next++) < count;) engine_client().remove(ids[static_cast<std::size_t>(i)], {true, true});
+            for (int i; (i = next++) < count;) {
+                const auto& id = ids[static_cast<std::size_t>(i)];
+                engine_client().inspect(id);
+                engine_client().remove(id, {true, true});
+            }
         });
     for (auto& t : threads) t.join();
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -162,6 +168,9 @@ BOOST_AUTO_TEST_CASE(hung_deletes_under_churn_back_off_leak_nothing_and_drain_at
     const auto stall_length = std::chrono::seconds{seconds_env ? std::atoi(seconds_env) : 60};
     constexpr std::size_t concurrency = 16;  // reaper.concurrency's default
     constexpr std::size_t leases_held = 2;   // the live session's, and one churning at a time
+    // The engine client keeps up to 4 idle connections (ClientOptions::max_idle_connections):
+    // the baseline may have caught it with fewer.
+    constexpr std::size_t idle_connections = 4;
 
     FaultFront front(engine().socket_path());
     Reaperd d("  lease_grace: 1s\n", "  resync_interval: 60s\n", "unix://" + front.socket_path());
@@ -174,8 +183,6 @@ BOOST_AUTO_TEST_CASE(hung_deletes_under_churn_back_off_leak_nothing_and_drain_at
                                              run_container(session_label("stall-alive")),
                                              run_container({{"app", "db"}})};
     BOOST_REQUIRE(eventually([&] { return d.containers_of("stall-alive") == 2; }));
-    // The engine's own pace, before the churn loads it (the drain runs with the churn stopped).
-    const double rate = measured_remove_rate();
 
     // Churn: a session a second, each with two running containers, its lease dropped at once.
     std::atomic<bool> churning{true};
@@ -221,7 +228,7 @@ BOOST_AUTO_TEST_CASE(hung_deletes_under_churn_back_off_leak_nothing_and_drain_at
     std::size_t engine_removes_during = 0;
     while (std::chrono::steady_clock::now() - stall_began < stall_length - 1s) {
         const Fds fds = fds_of(d.pid());
-        const std::size_t bound = baseline + concurrency + leases_held + fds.logs;
+        const std::size_t bound = baseline + idle_connections + concurrency + leases_held + fds.logs;
         if (fds.total() > bound) most_over_bound = std::max(most_over_bound, fds.total() - bound);
         peak_fds = std::max(peak_fds, fds.total());
         auto status = d.status();
@@ -260,10 +267,27 @@ BOOST_AUTO_TEST_CASE(hung_deletes_under_churn_back_off_leak_nothing_and_drain_at
         const auto on_engine = session_owned_on_engine();
         return std::none_of(backlog.begin(), backlog.end(), [&](const auto& id) { return on_engine.count(id) > 0; });
     };
-    const auto allowed = std::chrono::duration<double>(static_cast<double>(backlog.size()) / rate) + 5s;
-    BOOST_TEST(eventually([&] { return gone() && d.pending_reaps() == 0; },
-                          std::chrono::duration_cast<std::chrono::milliseconds>(allowed) + 30s));
+    std::string curve;  // how the drain went: seconds after healing, pending, in flight / limit
+    BOOST_TEST(eventually([&] {
+        const auto status = d.status();
+        const auto pace = status->getObject("engine_pace");
+        const std::chrono::duration<double> at = std::chrono::steady_clock::now() - healed;
+        curve += " " + std::to_string(at.count()).substr(0, 4) + "s:" +
+                 std::to_string(status->getValue<std::size_t>("pending_reaps")) + "(" +
+                 std::to_string(pace->getValue<unsigned>("in_flight")) + "/" +
+                 std::to_string(pace->getValue<unsigned>("limit")) + ")";
+        return gone() && status->getValue<std::size_t>("pending_reaps") == 0;
+    }, 120s));
     const auto drained = std::chrono::steady_clock::now();
+    BOOST_TEST_MESSAGE("drain: pending (in flight/limit) by seconds after healing:" << curve);
+    // The registry equals the engine within 2 s of the drain: the live session's two.
+    BOOST_TEST(eventually([&] {
+        return d.status()->getValue<std::size_t>("tracked_containers") == session_owned_on_engine().size();
+    }, 2s));
+    BOOST_TEST(session_owned_on_engine().size() == 2u);
+    // The engine's own pace, with the churn stopped as it was for the drain.
+    const double rate = measured_remove_rate();
+    const auto allowed = std::chrono::duration<double>(static_cast<double>(backlog.size()) / rate) + 5s;
     const std::chrono::duration<double> took = drained - healed;
     std::cout << "stall_engine_test: backlog " << backlog.size() << " containers at healing; engine's "
               << "remove rate " << rate << "/s; drained in " << took.count() << " s (allowed "
@@ -273,11 +297,6 @@ BOOST_AUTO_TEST_CASE(hung_deletes_under_churn_back_off_leak_nothing_and_drain_at
     BOOST_TEST(took.count() <= allowed.count());
     BOOST_TEST(most_over_bound == 0u);
 
-    // The registry equals the engine within 2 s of the drain: the live session's two.
-    BOOST_TEST(eventually([&] {
-        return d.status()->getValue<std::size_t>("tracked_containers") == session_owned_on_engine().size();
-    }, 2s));
-    BOOST_TEST(session_owned_on_engine().size() == 2u);
 
     // 0 wrong removes: the live session's containers and the unlabelled one are all there.
     for (const auto& id : survivors) BOOST_TEST(exists(id), "survivor " << id);
@@ -289,6 +308,7 @@ BOOST_AUTO_TEST_CASE(hung_deletes_under_churn_back_off_leak_nothing_and_drain_at
     BOOST_TEST(d.log_count("MESSAGE_ID=2d172fa04c0f4288bed0b594ac6f70d3") >= 1u);  // engine_in_time
     BOOST_TEST(d.log_count("reap failed") == 0u);  // the timeouts were unknown, not failures
     // And the descriptors came back.
-    BOOST_TEST(eventually([&] { return fds_of(d.pid()).other <= baseline + leases_held; }, 10s));
+    BOOST_TEST(eventually([&] { return fds_of(d.pid()).other <= baseline + idle_connections + leases_held; }, 10s),
+               "fds besides log files: " << fds_of(d.pid()).other << "; " << shell_output("ls -l /proc/" + std::to_string(d.pid()) + "/fd"));
     alive_lease->release();
 }
