@@ -651,8 +651,8 @@ void Daemon::note_pace(TimePoint now) {
     if (pace == EnginePace::slow) {
         slow_since_ = now;
         log(Priority::warning, message_id::engine_slow,
-            "engine is slow: " + std::to_string(f.timeouts_recent) + " removal timeouts and " +
-                ms(f.latency_max_recent) + " ms at worst in the last 10 s; removals paced to " +
+            "engine is slow: " + plural(f.timeouts_recent, "removal timeout") + " and answers of up to " +
+                ms(f.latency_max_recent) + " ms in the last 10 s; removals paced to " +
                 std::to_string(f.limit) + " in flight",
             std::move(fields));
     } else {

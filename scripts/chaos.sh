@@ -306,6 +306,7 @@ step_done
 wait_until 60 5
 # The stall window: every DELETE hangs for 30 s, the mode rotation held off meanwhile.
 set_mode stall
+step_done
 next_mode=$(( $(date +%s) + 30 ))
 wait_until 0 30
 set_mode none
