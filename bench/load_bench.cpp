@@ -36,8 +36,9 @@
 //
 // Usage: load_bench [--seconds N] [--sessions N] [--containers N] [--max-running N]
 //                   [--threads N] [--lease-grace-ms N] [--settle-seconds N] [--seed N]
-//                   [--history N] [--engine-percent N]
-// (defaults 300, 200, 2000, 300, 8, 1000, 120, 1, 0). --engine-percent N makes the containers
+//                   [--history N] [--engine-percent N] [--max-engine-percent N]
+// (defaults 300, 200, 2000, 300, 8, 1000, 120, 1, 0, 0, 0). --max-engine-percent N sizes a load
+// asked for above N% of what the engine sustains down to N%, and says so. --engine-percent N makes the containers
 // N% of what the engine was measured to sustain for the load's mix in the same run (instead of
 // --containers): a load this machine's engine can carry. --history N first ends N sessions that
 // never had a container, so the load runs against N tombstones, as reaperd would after hours
@@ -250,6 +251,11 @@ struct Options {
     // the load's mix in this run (replacing `containers`): issue 11's "or the most this
     // machine's engine sustains". 0: `containers` as given.
     unsigned engine_percent = 0;
+    // When set, at most this share of what the engine was measured to sustain: a load asked
+    // for above it is sized down to it, saying so, so that the engine keeps headroom and a
+    // slow minute of the machine's is not read as reaperd's lag (issue 23: at 94%, one run's
+    // engine stopped answering for 30 s and more). 0: no cap.
+    unsigned max_engine_percent = 0;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -276,6 +282,10 @@ Options parse_options(int argc, char** argv) {
         else if (arg == "--engine-percent") {
             o.engine_percent = unsigned(value(1));
             if (o.engine_percent > 100) throw std::invalid_argument("--engine-percent is at most 100");
+        }
+        else if (arg == "--max-engine-percent") {
+            o.max_engine_percent = unsigned(value(1));
+            if (o.max_engine_percent > 100) throw std::invalid_argument("--max-engine-percent is at most 100");
         }
         else throw std::invalid_argument("unknown argument " + arg);
     }
@@ -970,7 +980,8 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         std::fprintf(stderr,
                      "%s\nusage: %s [--seconds N] [--sessions N] [--containers N] [--max-running N] [--threads N]\n"
-                     "       [--lease-grace-ms N] [--settle-seconds N] [--seed N] [--history N] [--engine-percent N]\n",
+                     "       [--lease-grace-ms N] [--settle-seconds N] [--seed N] [--history N] [--engine-percent N]\n"
+                     "       [--max-engine-percent N]\n",
                      e.what(), argv[0]);
         return 64;
     }
@@ -1003,6 +1014,18 @@ int main(int argc, char** argv) {
                 1, std::size_t(std::llround(mix_per_s * options.engine_percent / 100 * options.seconds)));
             std::printf("  --engine-percent %u: %zu containers, %u%% of what this engine sustains for the mix\n",
                         options.engine_percent, options.containers, options.engine_percent);
+        }
+        if (options.max_engine_percent > 0) {
+            const auto most = std::max<std::size_t>(
+                1, std::size_t(std::llround(mix_per_s * options.max_engine_percent / 100 * options.seconds)));
+            if (options.containers > most) {
+                std::printf("  SIZED DOWN: %zu containers asked for are %.0f%% of what this engine sustains now; "
+                            "the load makes %zu (--max-engine-percent %u), so that a lag is reaperd's, not the "
+                            "engine's\n",
+                            options.containers, 100 * double(options.containers) / options.seconds / mix_per_s, most,
+                            options.max_engine_percent);
+                options.containers = most;
+            }
         }
         double rate = double(options.containers) / options.seconds;
         std::printf("  create %.1f/s, create+start %.1f/s, force-remove (running) %.1f/s (each call: median %.0f ms)\n",
