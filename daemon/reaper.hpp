@@ -41,11 +41,12 @@ struct ReapResult {
 // TCP fits its window (AIMD): one more per answer up to half the limit that last worked
 // (slow start), then one more per `limit` answers; halved on an answer slower than
 // slow_answer (not for an attempt sent before the engine came back from a silence, which
-// measures the silence); down to a single probe at the first attempt the engine did not answer within
-// its request timeout, until an answer comes. So a stalled engine holds at most the attempts
-// that were in flight when it stalled, never a pile of new ones (issue 23: 16 workers each
-// waiting 30 s on a stalled DELETE, then more, took reaperd's backlog to 956). Pure: events
-// and the loop's `now` in, the limit and the figures out; no clock, no I/O.
+// measures the silence); down to a single probe at the first attempt the engine did not
+// answer within its request timeout, until an answer comes. So a stalled engine holds at
+// most the attempts that were in flight when it stalled, never a pile of new ones (issue 23:
+// with 16 fixed, 168 reaps each waited out the 30 s timeout on a stalling engine while the
+// backlog grew to 956). Pure: events and the loop's `now` in, the limit and the figures out;
+// no clock, no I/O.
 struct PaceConfig {
     unsigned max_limit = 16;  // reaper.concurrency
     // An answer slower than this is congestion. A force-remove takes 20-200 ms here, and
@@ -79,8 +80,6 @@ public:
     // the queue was dropped): it only leaves the in-flight count.
     void abandoned(TimePoint sent);
 
-    // The last attempt to end was not answered: one probe at a time.
-    bool silent() const { return silent_; }
     EnginePace pace(TimePoint now) const;
     // When pace(now) changes by time alone (a window passes, an attempt in flight becomes
     // slow), if it will: for the loop's wake-up.
@@ -103,7 +102,7 @@ private:
     PaceConfig config_;
     double window_;    // the congestion window: limit() is its whole part
     double threshold_; // slow start below it, one per window above
-    bool silent_ = false;
+    bool silent_ = false;  // the last attempt to end was not answered: one probe at a time
     std::optional<TimePoint> last_decrease_;
     std::optional<TimePoint> back_since_;  // when the last silence ended
     std::multiset<TimePoint> sent_;            // attempts in flight, by when they were sent
