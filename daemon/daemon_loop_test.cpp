@@ -233,8 +233,11 @@ BOOST_AUTO_TEST_CASE(a_stalled_engine_gets_one_probe_at_a_time_and_its_answer_br
     BOOST_TEST(Running::wait([&] { return timeouts >= probes_before + 5; }));
     BOOST_TEST(hanging <= 1);
 
+    const int lists_before = engine.calls("list");
     stalled = false;
     BOOST_TEST(Running::wait([&] { return r.counter("reaps_done") == 31u; }));  // sticky too, not in an hour
+    // The engine answered again: relisted now, not at the next resync (60 s of loop time).
+    BOOST_TEST(Running::wait([&] { return engine.calls("list") > lists_before; }));
     BOOST_TEST(!engine.exists("sticky"));
     BOOST_TEST(r.status()->getValue<std::string>("engine") == "slow");  // the last timeout is recent
     r.advance(11s);
