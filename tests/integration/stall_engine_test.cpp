@@ -312,3 +312,40 @@ BOOST_AUTO_TEST_CASE(hung_deletes_under_churn_back_off_leak_nothing_and_drain_at
                "fds besides log files: " << fds_of(d.pid()).other << "; " << shell_output("ls -l /proc/" + std::to_string(d.pid()) + "/fd"));
     alive_lease->release();
 }
+
+// Every call held (the engine accepts connections and says nothing, its event stream too) for
+// 20 s while a session's lease drops: the control server goes on answering and the lease close
+// is processed; reaperd sends a single probe at a time; when the engine answers again it
+// catches up at once (journal: engine_in_time) and reaps.
+BOOST_AUTO_TEST_CASE(a_silent_engine_gets_one_probe_at_a_time_and_is_caught_up_with_at_once) {
+    FaultFront front(engine().socket_path());
+    Reaperd d("  lease_grace: 1s\n", "  resync_interval: 60s\n  retry_max: 60s\n", "unix://" + front.socket_path());
+    set_request_timeout(d, "2s");
+    d.start();
+    auto lease = d.control().lease("stall-quiet");
+    std::vector<std::string> ids;
+    for (int i = 0; i < 8; ++i) ids.push_back(run_container(session_label("stall-quiet")));
+    BOOST_REQUIRE(eventually([&] { return d.containers_of("stall-quiet") == 8; }));
+
+    front.stall({{Kind::silent, std::chrono::milliseconds{0}, std::chrono::seconds{20}, "", {}}});
+    lease->release();
+    // The control server does not wait on the engine: the end is processed, the reaps queued.
+    BOOST_TEST(eventually([&] { return d.pending_reaps() == 8u; }, 10s));
+    BOOST_TEST(eventually([&] { return engine_state(d) != "up"; }, 15s));  // slow, or down once a list timed out
+    std::this_thread::sleep_for(6s);
+    BOOST_TEST(d.status()->getObject("engine_pace")->getValue<unsigned>("limit") == 1u);
+    const auto counts = front.stall_counts();
+    BOOST_TEST_MESSAGE("silence: " << counts.held << " requests held so far, " << counts.waiting << " waiting");
+    // A probe at a time (an inspect, 2 s each), beside the watcher's list and lookups.
+    BOOST_TEST(counts.waiting <= 6);
+    for (const auto& id : ids) BOOST_TEST(exists(id));
+
+    BOOST_REQUIRE(eventually([&] { return front.stall_counts().waiting == 0; }, 20s));  // the window ended
+    const auto healed = std::chrono::steady_clock::now();
+    BOOST_TEST(eventually([&] { return std::none_of(ids.begin(), ids.end(), exists); }, 10s));
+    BOOST_TEST(eventually([&] { return engine_state(d) != "down"; }, 10s));
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - healed;
+    std::cout << "stall_engine_test: silent 20 s: " << counts.held << " requests held 6 s after the lease close was queued; after it, "
+              << ids.size() << " containers reaped and the engine up again in " << took.count() << " s" << std::endl;
+    BOOST_TEST(d.log_count("MESSAGE_ID=2d172fa04c0f4288bed0b594ac6f70d3") >= 1u);  // engine_in_time
+}
