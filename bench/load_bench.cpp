@@ -36,8 +36,9 @@
 //
 // Usage: load_bench [--seconds N] [--sessions N] [--containers N] [--max-running N]
 //                   [--threads N] [--lease-grace-ms N] [--settle-seconds N] [--seed N]
-//                   [--history N] [--engine-percent N]
-// (defaults 300, 200, 2000, 300, 8, 1000, 120, 1, 0). --engine-percent N makes the containers
+//                   [--history N] [--engine-percent N] [--max-engine-percent N]
+// (defaults 300, 200, 2000, 300, 8, 1000, 120, 1, 0, 0, 0). --max-engine-percent N sizes a load
+// asked for above N% of what the engine sustains down to N%, and says so. --engine-percent N makes the containers
 // N% of what the engine was measured to sustain for the load's mix in the same run (instead of
 // --containers): a load this machine's engine can carry. --history N first ends N sessions that
 // never had a container, so the load runs against N tombstones, as reaperd would after hours
@@ -250,6 +251,11 @@ struct Options {
     // the load's mix in this run (replacing `containers`): issue 11's "or the most this
     // machine's engine sustains". 0: `containers` as given.
     unsigned engine_percent = 0;
+    // When set, at most this share of what the engine was measured to sustain: a load asked
+    // for above it is sized down to it, saying so, so that the engine keeps headroom and a
+    // slow minute of the machine's is not read as reaperd's lag (issue 23: at 94%, one run's
+    // engine stopped answering for 30 s and more). 0: no cap.
+    unsigned max_engine_percent = 0;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -276,6 +282,10 @@ Options parse_options(int argc, char** argv) {
         else if (arg == "--engine-percent") {
             o.engine_percent = unsigned(value(1));
             if (o.engine_percent > 100) throw std::invalid_argument("--engine-percent is at most 100");
+        }
+        else if (arg == "--max-engine-percent") {
+            o.max_engine_percent = unsigned(value(1));
+            if (o.max_engine_percent > 100) throw std::invalid_argument("--max-engine-percent is at most 100");
         }
         else throw std::invalid_argument("unknown argument " + arg);
     }
@@ -633,7 +643,9 @@ struct Sample {
 // which costs reaperd far less than `status`) every 5 s, and calls `progress` every 30 s
 // until progress_done(). Also times one engine inspect of `probe` a second: reaperd's
 // watcher makes such calls (on 4 threads, off the event path) for the log info of each
-// container it caps.
+// container it caps; an inspect the engine does not answer within the request timeout is
+// the engine's own stall, counted. With the backlog it reads whether reaperd found the
+// engine slow (reaperd_engine_slow) and its removal timeouts so far.
 class Sampler {
 public:
     Sampler(const Reaperd& reaperd, const reaper::ClientOptions& client_options, std::string probe,
@@ -670,28 +682,51 @@ public:
         std::lock_guard lock(mutex_);
         return inspect_ms_;
     }
+    std::size_t inspect_timeouts() const {
+        std::lock_guard lock(mutex_);
+        return inspect_timeouts_;
+    }
+    // Metrics samples (every 5 s) in which reaperd said the engine was slow, of all taken.
+    std::pair<std::size_t, std::size_t> slow_samples() const {
+        std::lock_guard lock(mutex_);
+        return {slow_samples_, metrics_samples_};
+    }
 
 private:
     void run() {
         for (unsigned tick = 0;; ++tick) {
             try {
                 auto t_inspect = Clock::now();
-                engine_.inspect(probe_);
+                try {
+                    engine_.inspect(probe_);
+                } catch (const reaper::Timeout&) {
+                    std::lock_guard lock(mutex_);
+                    if (!progress_done_) ++inspect_timeouts_;
+                }
                 double inspect_ms = ms_between(t_inspect, Clock::now());
                 double rss = vm_mb(reaperd_.pid(), "VmRSS");
                 std::size_t fds = fd_count(reaperd_.pid());
                 std::optional<std::size_t> pending;
+                bool slow = false;
                 double metrics_ms = 0;
                 if (tick % 5 == 0) {
                     auto t0 = Clock::now();
-                    pending = std::size_t(metric(reaperd_.control().metrics_text(), "reaperd_pending_reaps"));
+                    const auto text = reaperd_.control().metrics_text();
                     metrics_ms = ms_between(t0, Clock::now());
+                    pending = std::size_t(metric(text, "reaperd_pending_reaps"));
+                    slow = metric(text, "reaperd_engine_slow") > 0;
                 }
                 std::lock_guard lock(mutex_);
                 if (!progress_done_) inspect_ms_.push_back(inspect_ms);
                 peak_rss_mb_ = std::max(peak_rss_mb_, rss);
                 peak_fds_ = std::max(peak_fds_, fds);
-                if (pending) peak_pending_ = std::max(peak_pending_, *pending);
+                if (pending) {
+                    peak_pending_ = std::max(peak_pending_, *pending);
+                    if (!progress_done_) {
+                        ++metrics_samples_;
+                        if (slow) ++slow_samples_;
+                    }
+                }
                 slowest_metrics_ms_ = std::max(slowest_metrics_ms_, metrics_ms);
             } catch (const std::exception&) {
                 // reaperd gone: the main thread reports that.
@@ -707,6 +742,9 @@ private:
     std::string probe_;
     std::function<void()> progress_;
     std::vector<double> inspect_ms_;
+    std::size_t inspect_timeouts_ = 0;
+    std::size_t slow_samples_ = 0;
+    std::size_t metrics_samples_ = 0;
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     bool stopping_ = false;
@@ -753,6 +791,11 @@ public:
         std::lock_guard lock(mutex_);
         return remove_ms_;
     }
+    // Probe calls (create, start or remove) the engine did not answer within the timeout.
+    std::size_t timeouts() const {
+        std::lock_guard lock(mutex_);
+        return timeouts_;
+    }
 
 private:
     void run() {
@@ -769,14 +812,19 @@ private:
                 double ms = ms_between(t0, Clock::now());
                 std::lock_guard lock(mutex_);
                 remove_ms_.push_back(ms);
+            } catch (const reaper::Timeout&) {
+                // An engine too busy to answer: that sample is missing, the stall counted.
+                std::lock_guard lock(mutex_);
+                ++timeouts_;
             } catch (const std::exception&) {
-                // An engine too busy to answer: that sample is missing, the load goes on.
+                // Another failure: that sample is missing, the load goes on.
             }
         }
     }
 
     reaper::Client engine_;
     std::vector<double> remove_ms_;
+    std::size_t timeouts_ = 0;
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     bool stopping_ = false;
@@ -932,7 +980,8 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         std::fprintf(stderr,
                      "%s\nusage: %s [--seconds N] [--sessions N] [--containers N] [--max-running N] [--threads N]\n"
-                     "       [--lease-grace-ms N] [--settle-seconds N] [--seed N] [--history N] [--engine-percent N]\n",
+                     "       [--lease-grace-ms N] [--settle-seconds N] [--seed N] [--history N] [--engine-percent N]\n"
+                     "       [--max-engine-percent N]\n",
                      e.what(), argv[0]);
         return 64;
     }
@@ -965,6 +1014,18 @@ int main(int argc, char** argv) {
                 1, std::size_t(std::llround(mix_per_s * options.engine_percent / 100 * options.seconds)));
             std::printf("  --engine-percent %u: %zu containers, %u%% of what this engine sustains for the mix\n",
                         options.engine_percent, options.containers, options.engine_percent);
+        }
+        if (options.max_engine_percent > 0) {
+            const auto most = std::max<std::size_t>(
+                1, std::size_t(std::llround(mix_per_s * options.max_engine_percent / 100 * options.seconds)));
+            if (options.containers > most) {
+                std::printf("  SIZED DOWN: %zu containers asked for are %.0f%% of what this engine sustains now; "
+                            "the load makes %zu (--max-engine-percent %u), so that a lag is reaperd's, not the "
+                            "engine's\n",
+                            options.containers, 100 * double(options.containers) / options.seconds / mix_per_s, most,
+                            options.max_engine_percent);
+                options.containers = most;
+            }
         }
         double rate = double(options.containers) / options.seconds;
         std::printf("  create %.1f/s, create+start %.1f/s, force-remove (running) %.1f/s (each call: median %.0f ms)\n",
@@ -1235,6 +1296,19 @@ int main(int argc, char** argv) {
         std::printf("  %-44s %6zu %8.0f %8.0f %8.0f %8.0f\n", "engine force-remove call during the load",
                     probe_ms.size(), percentile(probe_ms, 50), percentile(probe_ms, 90), percentile(probe_ms, 99),
                     percentile(probe_ms, 100));
+        // Whose stall: the engine's own probes beside what reaperd said of the engine, so a
+        // lag reads as the engine's or reaperd's at a glance (issue 23).
+        const auto [slow, sampled] = sampler.slow_samples();
+        const std::size_t engine_timeouts = remove_probe.timeouts() + sampler.inspect_timeouts();
+        std::printf("\nthe engine's own stalls (its probes, beside what reaperd saw)\n");
+        std::printf("  %-44s %zu force-remove probes, %zu inspects (one a second) got no answer in time\n",
+                    "probe timeouts", remove_probe.timeouts(), sampler.inspect_timeouts());
+        std::printf("  %-44s %zu of %zu samples (every 5 s); %.0f removal timeouts\n", "reaperd found the engine slow",
+                    slow, sampled, metric(metrics, "reaperd_removal_timeouts_total"));
+        std::printf("  %-44s %s\n", "verdict on the engine",
+                    engine_timeouts > 0 ? "it stalled: its own probes timed out; a lag in this run is the engine's first"
+                    : slow > 0           ? "slow at times (reaperd's removals), its probes answered"
+                                         : "kept up: no probe timed out, reaperd never found it slow");
         std::printf("\nreaperd\n");
         std::printf("  %-44s %.1f/s (%zu create/start/destroy in %.0f s; all container events: %.1f/s)\n",
                     "events handled", double(followed) / window_s, followed, window_s, double(all_events) / window_s);

@@ -111,7 +111,8 @@ Daemon::Daemon(Config config, EnginePort& engine, DaemonOptions options)
     : config_(std::move(config)),
       engine_(engine),
       guard_(engine, GuardConfig::from(config_)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      pace_(PaceConfig::from(config_)) {}
 
 Daemon::~Daemon() {
     stop_signal_thread();
@@ -366,6 +367,7 @@ int Daemon::run() {
         if (auto next = decide(registry_, config_, now).next_wake) wake = std::min(wake, *next);
         wake = std::min(wake, next_resync_);
         if (watchdog_interval_) wake = std::min(wake, next_watchdog_);
+        if (auto change = pace_.next_change(now)) wake = std::min(wake, *change);
         std::unique_lock lock(queue_mutex_);
         queue_cv_.wait_for(lock, std::max(Clock::duration{0}, wake - now),
                            [this] { return !queue_.empty() || stop_requested_; });
@@ -508,6 +510,7 @@ void Daemon::turn(TimePoint now) {
         next_resync_ = now + config_.reaper.resync_interval;
     }
     apply_decisions(now);
+    note_pace(now);
     save_state_if_dirty();
     publish_status();
 }
@@ -549,12 +552,7 @@ void Daemon::apply_decisions(TimePoint now) {
             if (registry_.add_pending(reap.container, reap.name, reap.session, reap.reason, now))
                 dirty_ = true;
         }
-        for (const auto& id : d.attempt) {
-            auto& pending = registry_.pending.at(id);
-            pending.in_flight = true;
-            ++in_flight_;
-            pool_->submit({id, expectation_for(pending, registry_), pending.reason, std::nullopt});
-        }
+        submit_attempts(d, now);
         for (const auto& remove : d.remove) {
             if (config_.reaper.dry_run) {
                 registry_.would_remove_logged.insert(remove.object);
@@ -568,14 +566,110 @@ void Daemon::apply_decisions(TimePoint now) {
             }
             registry_.add_pending_object(remove.object, remove.name, remove.session, now);
         }
-        for (const auto& ref : d.attempt_objects) {
-            auto& removal = registry_.pending_objects.at(ref);
-            removal.in_flight = true;
-            ++in_flight_;
-            pool_->submit({"", expectation_for(removal, registry_), ReapReason::session_ended, ref});
-        }
         if (d.end.empty() && d.reap.empty() && d.forget.empty() && d.evict.empty() && d.remove.empty()) break;
     }
+}
+
+void Daemon::submit_attempts(const Decision& d, TimePoint now) {
+    if (!pace_.may_send()) return;
+    // Oldest due first: a container's reap by when it became due, then its retries; a
+    // network's or volume's by its next attempt (they keep no queue time).
+    struct Due {
+        TimePoint at;
+        const std::string* container = nullptr;
+        const ObjectRef* object = nullptr;
+    };
+    std::vector<Due> due;
+    due.reserve(d.attempt.size() + d.attempt_objects.size());
+    for (const auto& id : d.attempt) due.push_back({registry_.pending.at(id).due, &id, nullptr});
+    for (const auto& ref : d.attempt_objects)
+        due.push_back({registry_.pending_objects.at(ref).next_attempt, nullptr, &ref});
+    const auto room = std::min(due.size(), pace_.limit() - pace_.in_flight());
+    std::partial_sort(due.begin(), due.begin() + static_cast<std::ptrdiff_t>(room), due.end(),
+                      [](const Due& a, const Due& b) { return a.at < b.at; });
+    for (std::size_t i = 0; i < room; ++i) {
+        ReapJob job;
+        if (due[i].container) {
+            auto& pending = registry_.pending.at(*due[i].container);
+            pending.in_flight = true;
+            job.container = *due[i].container;
+            job.expect = expectation_for(pending, registry_);
+            job.reason = pending.reason;
+        } else {
+            auto& removal = registry_.pending_objects.at(*due[i].object);
+            removal.in_flight = true;
+            job.expect = expectation_for(removal, registry_);
+            job.object = *due[i].object;
+        }
+        job.sent = now;
+        pace_.sent(now);
+        ++in_flight_;
+        pool_->submit(std::move(job));
+    }
+}
+
+void Daemon::pace_result(const ReapResult& result, TimePoint now) {
+    if (result.result.unanswered) {
+        metrics_.removal_unanswered();
+        pace_.timed_out(result.sent, now);
+    } else {
+        metrics_.removal_answered(now - result.sent);
+        if (pace_.answered(result.sent, now)) catch_up(now);
+    }
+    note_pace(now);
+}
+
+void Daemon::catch_up(TimePoint now) {
+    std::size_t brought = 0;
+    for (auto& [id, pending] : registry_.pending)
+        if (!pending.in_flight && pending.next_attempt > now) {
+            pending.next_attempt = now;
+            ++brought;
+        }
+    for (auto& [ref, removal] : registry_.pending_objects)
+        if (!removal.in_flight && removal.next_attempt > now) {
+            removal.next_attempt = now;
+            ++brought;
+        }
+    watcher_->resync();
+    next_resync_ = now + config_.reaper.resync_interval;
+    log(Priority::notice, message_id::engine_in_time,
+        "engine answers removals again; relisting now, and " + plural(brought, "retry") +
+            " that backed off brought forward",
+        {{"ENGINE", options_.engine_address},
+         {"PENDING_REAPS", std::to_string(registry_.pending.size())},
+         {"RETRIES_BROUGHT_FORWARD", std::to_string(brought)}});
+}
+
+void Daemon::note_pace(TimePoint now) {
+    const EnginePace pace = pace_.pace(now);
+    if (pace == last_pace_) return;
+    last_pace_ = pace;
+    const auto f = pace_.figures(now);
+    const auto ms = [](Duration d) {
+        return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+    };
+    std::vector<LogField> fields{{"ENGINE", options_.engine_address},
+                                 {"IN_FLIGHT_LIMIT", std::to_string(f.limit)},
+                                 {"IN_FLIGHT", std::to_string(f.in_flight)},
+                                 {"TIMEOUTS", std::to_string(f.timeouts_recent)},
+                                 {"LATENCY_MS", ms(f.latency)},
+                                 {"LATENCY_MAX_MS", ms(f.latency_max_recent)},
+                                 {"PENDING_REAPS", std::to_string(registry_.pending.size())}};
+    if (pace == EnginePace::slow) {
+        slow_since_ = now;
+        log(Priority::warning, message_id::engine_slow,
+            "engine is slow: " + plural(f.timeouts_recent, "removal timeout") + " and answers of up to " +
+                ms(f.latency_max_recent) + " ms in the last 10 s; removals paced to " +
+                std::to_string(f.limit) + " in flight",
+            std::move(fields));
+    } else {
+        slow_since_.reset();
+        log(Priority::notice, message_id::engine_in_time,
+            "engine answers in time again; removals back up to " + std::to_string(f.limit) + " in flight",
+            std::move(fields));
+    }
+    publish_status();
 }
 
 void Daemon::on_watch(const WatchEvent& event, TimePoint now) {
@@ -687,6 +781,7 @@ void Daemon::container_gone(const std::string& id) {
 
 void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
     if (in_flight_ > 0) --in_flight_;
+    pace_result(result, now);
     if (result.object) return on_object_result(*result.object, result.result, now);
     auto it = registry_.pending.find(result.container);
     if (it == registry_.pending.end()) return;
@@ -731,6 +826,15 @@ void Daemon::on_reap_result(const ReapResult& result, TimePoint now) {
             // not_running.)
             break;
         case Outcome::failed: {
+            if (result.result.unanswered) {
+                // Unknown, not failed: the engine may have removed it. No backoff either: the
+                // pace holds the next attempt back, and its fresh inspect finds out.
+                pending.next_attempt = now;
+                fields.push_back({"ERROR", result.result.error});
+                log(Priority::info, {}, "reap got no answer in time; trying again through a fresh inspect",
+                    std::move(fields));
+                break;
+            }
             const Duration delay = schedule_retry(pending.failures, pending.next_attempt, now);
             const bool give_up_level = pending.failures >= config_.reaper.error_after_attempts;
             fields.push_back({"ERROR", result.result.error});
@@ -805,6 +909,10 @@ void Daemon::on_object_result(const ObjectRef& ref, const GuardResult& result, T
             // two never happen to a network or volume.)
             break;
         case Outcome::failed: {
+            if (result.unanswered) {  // unknown, as a container's (on_reap_result)
+                removal.next_attempt = now;
+                break;
+            }
             // In use (a container of another session or none still attached, a volume still
             // mounted): retried with backoff like a container's removal, for as long as it exists.
             const Duration delay = schedule_retry(removal.failures, removal.next_attempt, now);
@@ -842,6 +950,8 @@ void Daemon::save_state_if_dirty() {
 std::string Daemon::status_line() const {
     std::string engine = engine_state_ == EngineState::starting ? "waiting for the engine"
                                                                 : std::string("engine ") + engine_state_name(engine_state_);
+    if (engine_state_ == EngineState::up && last_pace_ == EnginePace::slow)
+        engine = "engine slow";
     if (engine_state_ == EngineState::unsupported) engine += " (" + engine_error_ + ")";
     std::string line = engine + "; " + plural(registry_.session_count(), "session") +
                        ", " + plural(registry_.tracked_count(), "container") + ", " +
@@ -917,6 +1027,7 @@ void Daemon::shut_down() {
     if (control_) control_->stop();
     // Queued attempts not yet started stay pending (and saved); those running may finish.
     for (const auto& job : pool_->drain_queue()) {
+        pace_.abandoned(job.sent);
         if (job.object) {
             if (auto it = registry_.pending_objects.find(*job.object); it != registry_.pending_objects.end())
                 it->second.in_flight = false;
@@ -992,10 +1103,30 @@ Clock::duration Daemon::wall_offset() const {
 
 std::string Daemon::render_status(TimePoint now, const reaper::control::StatusQuery& query) const {
     Poco::JSON::Object root;
-    root.set("engine", engine_state_name(engine_state_));
+    const bool slow = engine_state_ == EngineState::up && last_pace_ == EnginePace::slow;
+    root.set("engine", slow ? "slow" : engine_state_name(engine_state_));
     if (!engine_error_.empty()) root.set("engine_error", engine_error_);
     root.set("ready", ready_);
     root.set("dry_run", config_.reaper.dry_run);
+    {
+        const auto f = pace_.figures(now);
+        const auto ms = [](Duration d) {
+            return static_cast<std::int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+        };
+        Poco::JSON::Object pace;
+        pace.set("limit", f.limit);
+        pace.set("max", std::max(1u, config_.reaper.concurrency));
+        pace.set("in_flight", static_cast<std::uint64_t>(f.in_flight));
+        pace.set("timeouts", static_cast<std::uint64_t>(f.timeouts_recent));
+        pace.set("timeouts_total", f.timeouts_total);
+        pace.set("latency_ms", ms(f.latency));
+        pace.set("latency_max_ms", ms(f.latency_max_recent));
+        if (slow_since_)
+            pace.set("slow_since", format_rfc3339(*slow_since_ + wall_offset()));
+        else
+            pace.set("slow_since", Poco::Dynamic::Var());
+        root.set("engine_pace", pace);
+    }
     // Tombstones can number 100,000 (28 MB of status, over the reply cap, when each was
     // listed): only the newest `limit` are, from the end of the age order.
     std::vector<const std::string*> listed;
@@ -1182,6 +1313,9 @@ std::string Daemon::render_metrics() const {
     gauges.pending_network_reaps = registry_.pending_objects_of(ObjectKind::network);
     gauges.pending_volume_reaps = registry_.pending_objects_of(ObjectKind::volume);
     gauges.engine_up = engine_state_ == EngineState::up;
+    gauges.engine_slow = last_pace_ == EnginePace::slow;
+    gauges.removal_limit = pace_.limit();
+    gauges.removals_in_flight = pace_.in_flight();
     if (capper_) {
         const auto counters = capper_->counters();
         gauges.log_bytes_dropped = counters.log_bytes_dropped;

@@ -5,8 +5,13 @@
 // message and every turn gets the `now` the loop read once for its batch.
 //
 // status_json() returns this object (stable; reaperctl formats it):
-//   {"engine": "up"|"down"|"starting"|"unsupported", "engine_error": "..." (down and
+//   {"engine": "up"|"slow"|"down"|"starting"|"unsupported", "engine_error": "..." (down and
 //    unsupported only), "ready": bool, "dry_run": bool,
+//    "engine_pace": {"limit": n (removal attempts allowed in flight now), "max": n
+//                    (reaper.concurrency), "in_flight": n, "timeouts": n (within the last
+//                    10 s), "timeouts_total": n, "latency_ms": n (smoothed),
+//                    "latency_max_ms": n (the slowest answer within the last 10 s),
+//                    "slow_since": RFC 3339 or null},
 //    "sessions": [{"id", "state": "leased"|"grace"|"ended"|"unclaimed", "leases": n,
 //                  "containers": n, "networks": n, "volumes": n,
 //                  "deadline": RFC 3339 or null, "deadline_in_ms": n or null,
@@ -35,6 +40,8 @@
 // "pending" lists the reaps queued longest ago first, "pending_objects" the removals next to
 // be attempted first: status_default_pending_listed of each, or with StatusQuery::pending up
 // to its limit (by default status_default_pending_limit).
+// "slow": the engine answers the watcher, but a removal attempt timed out or answered slowly
+// within the last 10 s, or one has been in flight that long (reaper.hpp RemovalPace).
 // A session's deadline: grace -> when it ends; ended -> when its tombstone expires;
 // unclaimed -> when unclaimed_grace ends it (if set); leased -> null.
 #pragma once
@@ -45,6 +52,7 @@
 #include "guard.hpp"
 #include "metrics.hpp"
 #include "metrics_http.hpp"
+#include "policy.hpp"
 #include "reaper.hpp"
 #include "registry.hpp"
 #include "state.hpp"
@@ -162,6 +170,15 @@ private:
     void container_appeared(const watch::Appeared& appeared, TimePoint now);
     void container_gone(const std::string& id);
     void apply_decisions(TimePoint now);
+    // Submits due attempts, oldest due first, while the pace allows one more in flight.
+    void submit_attempts(const Decision& d, TimePoint now);
+    // Feeds an attempt's end to the pace; an answer after a silence starts the catch-up.
+    void pace_result(const ReapResult& result, TimePoint now);
+    // The engine answers again after it answered nothing: relist now (not at the next
+    // resync) and bring forward retries that backed off meanwhile.
+    void catch_up(TimePoint now);
+    // Logs (and publishes) a change of the engine's pace.
+    void note_pace(TimePoint now);
     void save_state_if_dirty();
     void publish_status();
 
@@ -200,6 +217,9 @@ private:
     bool state_save_failing_ = false;
     std::string last_status_line_;
     std::size_t in_flight_ = 0;
+    RemovalPace pace_;
+    EnginePace last_pace_ = EnginePace::normal;  // as last logged; status shows this one
+    std::optional<TimePoint> slow_since_;
     TimePoint next_resync_{};
     TimePoint next_watchdog_{};
     std::optional<std::chrono::milliseconds> watchdog_interval_;

@@ -19,6 +19,10 @@ void settle(GuardResult& result, Step&& step) {
         result.outcome = Outcome::gone;
     } catch (const reaper::RemovalInProgress&) {
         result.outcome = Outcome::removing;
+    } catch (const reaper::Timeout& e) {
+        result.outcome = Outcome::failed;
+        result.error = describe(e);
+        result.unanswered = true;
     } catch (const reaper::EngineError& e) {
         result.outcome = Outcome::failed;
         result.error = describe(e);
@@ -220,7 +224,7 @@ GuardResult Guard::act(const GuardRequest& request) {
             result.outcome = Outcome::refused_session_alive;
         if (result.outcome == Outcome::acted) call(inspected->id, request);
     });
-    counts_[static_cast<std::size_t>(result.outcome)]++;
+    count(result);
     record(request, result, *config);
     return result;
 }
@@ -255,7 +259,7 @@ GuardResult Guard::act(const ObjectRequest& request) {
                            (inspected->attached == 1 ? "" : "s");
         }
     });
-    counts_[static_cast<std::size_t>(result.outcome)]++;
+    count(result);
     record(request, result, *config);
     return result;
 }
@@ -340,10 +344,18 @@ bool Guard::came_alive(const Expectation& expect) const {
     return it != leases_opened_.end() && it->second > *expect.leases_opened;
 }
 
+void Guard::count(const GuardResult& result) {
+    if (result.unanswered)
+        ++unanswered_;
+    else
+        counts_[static_cast<std::size_t>(result.outcome)]++;
+}
+
 std::map<std::string, std::uint64_t> Guard::counts() const {
     std::map<std::string, std::uint64_t> out;
     for (std::size_t i = 0; i < outcome_count; ++i)
         if (auto n = counts_[i].load()) out[std::string(to_string(static_cast<Outcome>(i)))] = n;
+    if (auto n = unanswered_.load()) out["unanswered"] = n;
     return out;
 }
 

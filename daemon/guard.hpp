@@ -135,6 +135,11 @@ bool is_refusal(Outcome outcome) noexcept;
 struct GuardResult {
     Outcome outcome = Outcome::failed;
     std::string error;  // failed: the engine's error text
+    // failed because the engine did not answer the inspect or the call within its request
+    // timeout (reaper::Timeout): whether it acted is unknown. A caller that only retries
+    // (the log capper) sees a failure; the reaper counts it as unknown, not failed, and its
+    // next attempt's fresh inspect finds out (gone means done).
+    bool unanswered = false;
     // From the inspect, when there was one: its name and its session under the config
     // used (nullopt: not session-owned).
     std::string name;
@@ -196,7 +201,8 @@ public:
     // The loop forgot `session` (an expired tombstone, an idle record): so does the door.
     void forget_session(const std::string& session);
 
-    // How many acts ended in each outcome since the door was made; only non-zero ones.
+    // How many acts ended in each outcome since the door was made; only non-zero ones. Those
+    // the engine did not answer in time count as "unanswered", not "failed".
     std::map<std::string, std::uint64_t> counts() const;
 
 private:
@@ -212,7 +218,9 @@ private:
     mutable std::mutex mutex_;
     std::shared_ptr<const GuardConfig> config_;  // guarded by mutex_
     std::map<std::string, std::uint64_t> leases_opened_;  // by session; guarded by mutex_
+    void count(const GuardResult& result);
     std::array<std::atomic<std::uint64_t>, outcome_count> counts_{};
+    std::atomic<std::uint64_t> unanswered_{0};
 };
 
 }  // namespace reaperd

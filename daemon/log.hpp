@@ -35,6 +35,8 @@ inline constexpr std::string_view network_reaped = "6eb67f8885eb49a18e7fe8716811
 inline constexpr std::string_view volume_reaped = "1943ff664609426cac0668cb3aa013c1";
 inline constexpr std::string_view object_reap_failed = "622bf8b5ccae4399b1b7684582602294";
 inline constexpr std::string_view engine_unsupported = "5e3d39f5a5394c3bae9f001d0ffc2d30";
+inline constexpr std::string_view engine_slow = "6a71e618587146168f7d04ff94412d5b";
+inline constexpr std::string_view engine_in_time = "2d172fa04c0f4288bed0b594ac6f70d3";
 }  // namespace message_id
 
 // Writes one record. `message_id` may be empty. Thread-safe; never throws.

@@ -166,6 +166,23 @@ const std::vector<double>& Metrics::reap_latency_buckets() {
     return buckets;
 }
 
+// One attempt is an inspect and a force-remove: 20-200 ms here when the engine keeps up;
+// RemovalPace counts an answer over 2 s (at most half engine.request_timeout) as congestion.
+const std::vector<double>& Metrics::removal_latency_buckets() {
+    static const std::vector<double> buckets{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30};
+    return buckets;
+}
+
+void Metrics::removal_answered(Seconds latency) {
+    std::lock_guard lock(mutex_);
+    removal_latency_.observe(std::max(0.0, latency.count()));
+}
+
+Histogram Metrics::removal_latency() const {
+    std::lock_guard lock(mutex_);
+    return removal_latency_;
+}
+
 void Metrics::reap_done(Seconds latency) {
     std::lock_guard lock(mutex_);
     ++reaps_done_;
@@ -239,6 +256,25 @@ std::string Metrics::render(const Gauges& gauges) const {
     out << "reaperd_pending_volume_reaps " << gauges.pending_volume_reaps << '\n';
     header(out, "reaperd_engine_up", "gauge", "1 when the engine answers, else 0.");
     out << "reaperd_engine_up " << (gauges.engine_up ? 1 : 0) << '\n';
+    header(out, "reaperd_engine_slow", "gauge",
+           "1 while the engine is slow: a removal attempt timed out or answered slowly within "
+           "the last 10 s, or one has been in flight that long; else 0.");
+    out << "reaperd_engine_slow " << (gauges.engine_slow ? 1 : 0) << '\n';
+    header(out, "reaperd_removal_limit", "gauge",
+           "Removal attempts allowed in flight now, fitted to what the engine delivers (at most "
+           "reaper.concurrency; 1 while it answers nothing).");
+    out << "reaperd_removal_limit " << gauges.removal_limit << '\n';
+    header(out, "reaperd_removals_in_flight", "gauge", "Removal attempts waiting on the engine now.");
+    out << "reaperd_removals_in_flight " << gauges.removals_in_flight << '\n';
+    header(out, "reaperd_removal_timeouts_total", "counter",
+           "Removal attempts the engine did not answer within engine.request_timeout; each is "
+           "attempted again through a fresh inspect, not counted as failed.");
+    out << "reaperd_removal_timeouts_total " << removals_unanswered() << '\n';
+    header(out, "reaperd_removal_attempt_seconds", "histogram",
+           "Seconds the engine took to answer a removal attempt (an inspect and a remove).");
+    std::string attempts;
+    removal_latency().render(attempts, "reaperd_removal_attempt_seconds");
+    out << attempts;
     header(out, "reaperd_reaps_done_total", "counter",
            "Containers removed (the same count as reaperd_reaps_total, kept for existing users).");
     out << "reaperd_reaps_done_total " << latency.count() << '\n';

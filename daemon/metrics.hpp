@@ -57,6 +57,11 @@ struct Gauges {
     std::uint64_t pending_network_reaps = 0;
     std::uint64_t pending_volume_reaps = 0;
     bool engine_up = false;
+    // The pace of removals (reaper.hpp RemovalPace): whether the engine is slow, the
+    // attempts allowed in flight now and those in flight.
+    bool engine_slow = false;
+    std::uint64_t removal_limit = 0;
+    std::uint64_t removals_in_flight = 0;
     // Kept by the log capper, rendered here: bytes cut away, and its actions by kind
     // (merged into reaperd_actions_total).
     std::uint64_t log_bytes_dropped = 0;
@@ -102,6 +107,12 @@ public:
         ++(kind == "volume" ? volumes_reaped_ : networks_reaped_);
     }
     void engine_reconnect() noexcept { ++engine_reconnects_; }
+    // A removal attempt (inspect and remove, through the door) the engine answered after
+    // `latency`, or did not answer within engine.request_timeout.
+    void removal_answered(Seconds latency);
+    void removal_unanswered() noexcept { ++removals_unanswered_; }
+    std::uint64_t removals_unanswered() const noexcept { return removals_unanswered_; }
+    Histogram removal_latency() const;
     // A control connection or lease refused by a limit: "connections", "connections_per_uid"
     // or "leases_per_uid" (ControlHandler::request_refused).
     void control_refused(const std::string& reason);
@@ -135,6 +146,8 @@ public:
 
     // The reap latency histogram's upper bounds, in seconds.
     static const std::vector<double>& reap_latency_buckets();
+    // The removal attempt histogram's.
+    static const std::vector<double>& removal_latency_buckets();
 
 private:
     std::atomic<std::uint64_t> reaps_done_{0};
@@ -150,6 +163,8 @@ private:
     std::map<std::string, std::uint64_t> sessions_ended_;  // by reason
     std::map<std::string, std::uint64_t> control_refused_;  // by reason
     Histogram reap_latency_{reap_latency_buckets()};
+    std::atomic<std::uint64_t> removals_unanswered_{0};
+    Histogram removal_latency_{removal_latency_buckets()};
 };
 
 }  // namespace reaperd

@@ -63,9 +63,12 @@ void Watcher::start() {
 }
 
 void Watcher::resync() {
-    std::lock_guard lock(mutex_);
-    resync_requested_ = true;
-    if (stream_) stream_->cancel();
+    {
+        std::lock_guard lock(mutex_);
+        resync_requested_ = true;
+        if (stream_) stream_->cancel();
+    }
+    wake_.notify_all();
 }
 
 void Watcher::set_options(WatcherOptions options) {
@@ -210,7 +213,10 @@ void Watcher::container_event(const reaper::Event& event) {
 
 bool Watcher::sleep_for(std::chrono::milliseconds delay) {
     std::unique_lock lock(mutex_);
-    wake_.wait_for(lock, delay, [this] { return stopping_; });
+    wake_.wait_for(lock, delay, [this] { return stopping_ || resync_requested_; });
+    // A resync cuts the pause short once: asked again while the engine stays away, the next
+    // pause is whole.
+    resync_requested_ = false;
     return !stopping_;
 }
 

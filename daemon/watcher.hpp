@@ -93,7 +93,8 @@ public:
     Watcher& operator=(const Watcher&) = delete;
 
     void start();
-    // Ends the current events stream so the watcher re-lists and reconciles now.
+    // Ends the current events stream so the watcher re-lists and reconciles now; while it
+    // waits out its backoff after a failure, it tries again now.
     void resync();
     void set_options(WatcherOptions options);
     // Cancels the stream and joins the threads. Idempotent. Log-info lookups not started are

@@ -127,6 +127,27 @@ BOOST_AUTO_TEST_CASE(engine_down_is_reported_once_and_retried_until_back) {
     watcher.stop();
 }
 
+// Issue 23: when the daemon learns that the engine answers again (a removal's answer), its
+// resync cuts the watcher's backoff short: the relist comes now, not after up to retry_max.
+// Asked again while the engine stays away, the next pause is whole.
+BOOST_AUTO_TEST_CASE(a_resync_cuts_the_backoff_after_a_failure_short) {
+    FakeEngine engine;
+    engine.set_down(true);
+    Recorder rec;
+    Watcher watcher(engine, {1h, 1h}, std::ref(rec));
+    watcher.start();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineDown>() == 1; }));
+    watcher.resync();  // still down: one more try, then the whole hour again
+    BOOST_TEST(rec.wait([&] { return engine.calls("events") == 2; }));
+    engine.add_silently("x", {});
+    engine.set_down(false);
+    watcher.resync();
+    BOOST_TEST(rec.wait([&] { return rec.count<watch::EngineUp>() == 1; }));
+    BOOST_TEST(rec.appeared("x"));
+    BOOST_TEST(engine.calls("events") == 3);
+    watcher.stop();
+}
+
 // An engine outside the client's API versions answers: it is not down. Reported once per
 // reason, retried with the same backoff, and up once the engine speaks our version again.
 BOOST_AUTO_TEST_CASE(an_unsupported_engine_is_reported_as_such_not_as_down) {

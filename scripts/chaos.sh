@@ -21,7 +21,9 @@
 # DELETE, 500s, slow, hung and half-closed answers, garbled and cut event lines); reaperd is
 # SIGKILLed and restarted (early on, so the last instance lives through most of the run); the
 # engine is SIGKILLed and restarted (once together with reaperd); the state dir is made
-# read-only for a while (a read-only bind mount; root ignores chmod). Every fault is logged
+# read-only for a while (a read-only bind mount; root ignores chmod); and a stall window
+# holds every DELETE past reaperd's request timeout for 30 s (issue 23), after which the
+# reaps it held back must still be done in time. Every fault is logged
 # with its time in faults.log, which the driver reads.
 #
 # The checks (printed as a table by the driver): every container of a dropped or ended
@@ -178,6 +180,7 @@ declare -A modes=(
   [halfclose]=$'halfclose 0.15'
   [garble]=$'garble 0.25'
   [mixed]=$'delete_409 0.2\ndelete_500 0.2\nerror_500 0.05\nslow 0.2\nslow_ms 1500\nhang 0.03\nhalfclose 0.05\ngarble 0.05'
+  [stall]=$'delete_hang 1'
 )
 mode_names=(none delete_409 delete_500 slow hang halfclose garble mixed)
 # The modes come in shuffled rounds (each once per round), so every kind of fault is
@@ -299,6 +302,15 @@ engine_kill; sleep 2; engine_start; step_done
 wait_until 0 5
 umount "$state"
 fault state-rw
+step_done
+wait_until 60 5
+# The stall window: every DELETE hangs for 30 s, the mode rotation held off meanwhile.
+set_mode stall
+step_done
+next_mode=$(( $(date +%s) + 30 ))
+wait_until 0 30
+set_mode none
+fault stall-end
 step_done
 wait_until 75 20
 engine_kill; sleep 1; engine_start; step_done

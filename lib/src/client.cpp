@@ -524,7 +524,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
     // One HTTP exchange with the whole response body read. Only a GET or HEAD is ever sent
     // twice: one that failed before any answer on a reused keep-alive connection (the engine
-    // closed it between our staleness check and the write) goes again on a fresh one. Any
+    // closed it between our staleness check and the write; not a timeout) goes again on a
+    // fresh one. Any
     // other request may have reached the engine, and a second POST /containers/create would
     // make a second container; its failure goes to the caller.
     Response send(const std::string& method, const std::string& path, const std::string& body,
@@ -564,7 +565,16 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                 give_back(std::move(connection), response.getKeepAlive());
                 return result;
             } catch (...) {
-                bool resend = connection->reused && !answered && attempt == 0 &&
+                // A timeout is the engine not answering, not a stale connection: sent again,
+                // a GET would wait twice the request timeout on a stalled engine (issue 23).
+                bool timed_out = false;
+                try {
+                    throw;
+                } catch (const Poco::TimeoutException&) {
+                    timed_out = true;
+                } catch (...) {
+                }
+                bool resend = connection->reused && !answered && !timed_out && attempt == 0 &&
                               (method == "GET" || method == "HEAD");
                 give_back(std::move(connection), false);
                 if (resend && !is_closed()) continue;

@@ -699,6 +699,23 @@ BOOST_AUTO_TEST_CASE(a_request_that_may_have_reached_the_engine_is_sent_once) {
     BOOST_TEST(creates == 1);
 }
 
+// Issue 23: a GET the engine does not answer in time, on a reused connection, is not sent
+// again on a fresh one (that would wait twice the request timeout on a stalled engine); the
+// connection it timed out on is closed, not kept.
+BOOST_AUTO_TEST_CASE(a_get_that_timed_out_is_not_sent_again_and_its_connection_is_closed) {
+    std::atomic<int> lists{0};
+    FakeEngine fake([&](const std::string& line) {
+        if (line.find(" /version ") != std::string::npos) return Scripted{version_reply};
+        if (line.find("/containers/json") != std::string::npos && ++lists > 1) return Scripted{"", true};  // hangs
+        return Scripted{http(200, "[]")};
+    });
+    Client client(fake.options(300ms));
+    client.list_containers({});  // leaves a kept-alive connection for the next one to reuse
+    BOOST_CHECK_THROW(client.list_containers({}), Timeout);
+    BOOST_TEST(lists == 2);
+    BOOST_TEST(client.open_connections() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(requests_are_encoded_as_the_engine_expects) {
     FakeEngine fake(answering({http(200, "[]")}));
     Client client(fake.options());

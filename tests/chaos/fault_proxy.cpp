@@ -12,6 +12,8 @@
 //   error_500    any other request (not /events) answered 500
 //   slow         the request is held for up to slow_ms (a number, default 2000) first
 //   hang         never answered; the connection stays open until the client gives up
+//   delete_hang  the same, for a DELETE only (the stall window: 1 holds every DELETE past
+//                reaperd's request timeout, as a crawling remove on a busy disk does)
 //   halfclose    the proxy shuts down its sending side without answering, or (for a
 //                non-stream request) sends the headers and half the body, then shuts down
 //   garble       per /events line: truncated, replaced by garbage, or the stream cut mid-line
@@ -190,8 +192,8 @@ public:
         auto p = s_.mode.current();
         auto chance = [&](const char* key) { return p.count(key) && s_.dice.unit() < p[key]; };
 
-        if (chance("hang")) {
-            fault("hang", what);
+        if (chance("hang") || (remove && chance("delete_hang"))) {
+            fault(remove && p.count("delete_hang") ? "delete_hang" : "hang", what);
             response.setKeepAlive(false);
             wait_peer_gone(client, 300s);
             client.shutdown();

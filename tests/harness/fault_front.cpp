@@ -11,6 +11,8 @@
 #include <Poco/Net/ServerSocket.h>
 #include <Poco/ThreadPool.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +21,20 @@
 #include <stdexcept>
 
 namespace reaper::test {
+
+using std::chrono::milliseconds;
+
+bool StallWindow::holds(const std::string& request_method, milliseconds at) const {
+    if (at < begin || at >= begin + length) return false;
+    return kind == Kind::silent || method.empty() || method == request_method;
+}
+
+std::optional<StallWindow> stall_of(const std::vector<StallWindow>& schedule, const std::string& method,
+                                    milliseconds at) {
+    for (const auto& window : schedule)
+        if (window.holds(method, at)) return window;
+    return std::nullopt;
+}
 
 namespace {
 
@@ -50,8 +66,96 @@ struct FaultFront::Impl {
     mutable std::mutex mutex;
     std::optional<std::pair<std::string, std::string>> drop_next;  // method, route
     std::optional<DroppedAnswer> dropped;
-    Poco::ThreadPool pool{2, 32};
+    // Room for every request a stalled reaperd and its tests keep waiting, and the streams.
+    Poco::ThreadPool pool{2, 128};
     std::unique_ptr<Poco::Net::HTTPServer> server;
+    // The stall schedule, guarded by `mutex`; `changed` wakes held requests at heal().
+    std::condition_variable changed;
+    std::vector<StallWindow> schedule;
+    std::chrono::steady_clock::time_point stall_start = std::chrono::steady_clock::now();
+    StallCounts counts;
+
+    milliseconds since_stall() const {
+        return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - stall_start);
+    }
+
+    // Holds a request as the schedule says; false when its client hung up meanwhile (then it
+    // is dropped, as the engine never saw it).
+    bool hold(Poco::Net::StreamSocket& client, const std::string& method) {
+        std::unique_lock lock(mutex);
+        const auto window = stall_of(schedule, method, since_stall());
+        if (!window) return true;
+        const bool slow = window->kind == StallWindow::Kind::slow;
+        ++(slow ? counts.slowed : counts.held);
+        ++counts.waiting;
+        bool gone = false;
+        lock.unlock();
+        {
+            http_forward::HangupWatch watch(client, [&] {
+                {
+                    std::lock_guard guard(mutex);
+                    gone = true;
+                }
+                changed.notify_all();
+            });
+            lock.lock();
+            if (slow) {
+                changed.wait_for(lock, window->delay, [&] { return gone; });
+            } else {
+                // Until no window holds it any more (its end, or heal()), or its client leaves.
+                while (!gone) {
+                    const auto now = since_stall();
+                    const auto holding = stall_of(schedule, method, now);
+                    if (!holding || holding->kind == StallWindow::Kind::slow) break;
+                    changed.wait_for(lock, holding->begin + holding->length - now);
+                }
+            }
+            --counts.waiting;
+            if (gone) ++counts.dropped;
+            lock.unlock();  // the watch's thread may want the lock before it ends
+        }
+        return !gone;
+    }
+
+    // While a silent window lasts, an open event stream relays nothing.
+    void wait_while_silent() {
+        std::unique_lock lock(mutex);
+        for (;;) {
+            const auto now = since_stall();
+            const auto holding = stall_of(schedule, "GET", now);
+            if (!holding || holding->kind != StallWindow::Kind::silent) return;
+            changed.wait_for(lock, holding->begin + holding->length - now);
+        }
+    }
+
+    // GET /events: relayed line by line, each flushed (the engine sends one event per line);
+    // a watch ends it when the client goes away, which a blocked read would not notice.
+    void relay_events(Poco::Net::HTTPServerRequest& request, Poco::Net::HTTPServerResponse& response,
+                      Poco::Net::StreamSocket& client) {
+        try {
+            http_forward::Exchange exchange(upstream);
+            http_forward::HangupWatch watch(client, [&] {
+                try {
+                    exchange.socket().shutdown();
+                } catch (const Poco::Exception&) {
+                    // The engine closed it already.
+                }
+            });
+            std::istream& from = exchange.send(request, request.getURI(), "");
+            exchange.copy_head(response);
+            response.setChunkedTransferEncoding(true);
+            response.setKeepAlive(false);
+            std::ostream& to = response.send();
+            to.flush();
+            std::string line;
+            while (to && std::getline(from, line)) {
+                wait_while_silent();
+                to << line << '\n' << std::flush;
+            }
+        } catch (const Poco::Exception&) {
+            // Either side went away: the stream is over.
+        }
+    }
 
     // True (once) when this request's answer is the one to lose.
     bool take_drop(const std::string& method, const std::string& route) {
@@ -64,7 +168,10 @@ struct FaultFront::Impl {
     void handle(Poco::Net::HTTPServerRequest& request, Poco::Net::HTTPServerResponse& response) {
         auto& client = static_cast<Poco::Net::HTTPServerRequestImpl&>(request).socket();
         const std::string body = http_forward::read_body(request);
-        const bool drop = take_drop(request.getMethod(), route_of(request.getURI()));
+        if (!hold(client, request.getMethod())) return hang_up(response, client);
+        const std::string route = route_of(request.getURI());
+        if (request.getMethod() == "GET" && route == "/events") return relay_events(request, response, client);
+        const bool drop = take_drop(request.getMethod(), route);
         const int connections = server->totalConnections();
         std::string reply;
         try {
@@ -131,6 +238,7 @@ FaultFront::FaultFront(const std::string& upstream_socket) : impl_(std::make_uni
 }
 
 FaultFront::~FaultFront() {
+    heal();
     impl_->server->stopAll(true);
     impl_->pool.joinAll();
     std::error_code ec;
@@ -156,5 +264,27 @@ std::optional<FaultFront::DroppedAnswer> FaultFront::dropped() const {
 }
 
 int FaultFront::connections_accepted() const { return impl_->server->totalConnections(); }
+
+void FaultFront::stall(std::vector<StallWindow> schedule) {
+    {
+        std::lock_guard lock(impl_->mutex);
+        impl_->schedule = std::move(schedule);
+        impl_->stall_start = std::chrono::steady_clock::now();
+    }
+    impl_->changed.notify_all();
+}
+
+void FaultFront::heal() {
+    {
+        std::lock_guard lock(impl_->mutex);
+        impl_->schedule.clear();
+    }
+    impl_->changed.notify_all();
+}
+
+FaultFront::StallCounts FaultFront::stall_counts() const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->counts;
+}
 
 }  // namespace reaper::test

@@ -4,16 +4,50 @@
 // containers). Every request is forwarded on a connection of its own to the engine (framed
 // by Poco: tests/support/http_forward.hpp) and its answer relayed whole, with a
 // Content-Length; client connections are kept alive, so a client reuses them as it would the
-// engine's. Not for event streams or hijacked connections (attach, exec with a TTY).
+// engine's. GET /events is relayed line by line as the engine sends it, so reaperd can run
+// behind the front. Not for hijacked connections (attach, exec with a TTY).
+//
+// It can also make the engine stall on a schedule (issue 23): windows, in real time from the
+// call to stall(), in which requests are held before they are forwarded (StallWindow).
 #pragma once
 
 #include <reaper/client.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace reaper::test {
+
+// One window of a stall schedule.
+struct StallWindow {
+    enum class Kind {
+        // Each request that matches `method` is held, not forwarded, until the window ends;
+        // one whose client hangs up meanwhile (its request_timeout passed) is dropped,
+        // never reaching the engine. One still waiting at the end is forwarded then.
+        hang,
+        // Each request that matches `method` is forwarded `delay` after it came.
+        slow,
+        // The engine accepts connections and says nothing: every request is held as in
+        // `hang`, and open event streams relay nothing until the window ends.
+        silent,
+    };
+    Kind kind = Kind::hang;
+    std::chrono::milliseconds begin{0};   // after stall() was called
+    std::chrono::milliseconds length{0};
+    std::string method = "DELETE";        // hang and slow: "" = every request
+    std::chrono::milliseconds delay{0};   // slow only
+
+    // Whether this window holds a request of `method` `at` (time since stall()).
+    bool holds(const std::string& request_method, std::chrono::milliseconds at) const;
+};
+
+// What a schedule does to one request `at` (time since stall()), pure: the window that
+// applies (the first in the schedule that holds it), or nullopt: forward at once.
+std::optional<StallWindow> stall_of(const std::vector<StallWindow>& schedule,
+                                    const std::string& method, std::chrono::milliseconds at);
 
 class FaultFront {
 public:
@@ -47,6 +81,18 @@ public:
     // Client connections accepted so far. A request that comes while this is still what it
     // was after an earlier request went on a connection that carried one before it.
     int connections_accepted() const;
+
+    // Starts `schedule` now, replacing any earlier one. Thread-safe.
+    void stall(std::vector<StallWindow> schedule);
+    // Ends every window now: held requests are forwarded (or dropped, if their client left).
+    void heal();
+    struct StallCounts {
+        int held = 0;     // requests a hang or silent window held
+        int dropped = 0;  // of those, the ones whose client hung up before the window ended
+        int slowed = 0;   // requests a slow window delayed
+        int waiting = 0;  // held or slowed right now
+    };
+    StallCounts stall_counts() const;
 
 private:
     struct Impl;
