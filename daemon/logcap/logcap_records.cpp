@@ -52,8 +52,9 @@ void CutCoalescer::flush(const LogSink& sink, const RecordSubject& subject, std:
         // Docker 23+'s plain read stops at the hole (moby issue 53631); its tail and follow
         // readers start from the end, and the offsets they hold are still valid.
         if (!std::exchange(told_how_to_read_, true))
-            how += " (read it with `docker logs --tail N` or `-f`: a plain `docker logs` on Docker 23+ "
-                   "stops at the hole and shows nothing)";
+            how += " (read all that was kept with `reaperctl logs " + std::string(subject.id.substr(0, 12)) +
+                   "`, or with `docker logs --tail N` or `-f`: a plain `docker logs` on Docker 23+ stops at "
+                   "the hole and shows nothing)";
     } else {
         how = "; truncated it to 0";
     }

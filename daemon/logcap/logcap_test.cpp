@@ -1122,6 +1122,7 @@ BOOST_AUTO_TEST_CASE(cuts_inside_the_window_are_summed_into_one_record) {
     BOOST_TEST(all[0].fields["CUT_METHOD"] == "punch_hole");
     BOOST_TEST(all[0].fields["LOG_BYTES_KEPT"] == "10");
     BOOST_TEST(all[0].message.find("--tail") != std::string::npos);  // the first punch says how to read
+    BOOST_TEST(all[0].message.find("reaperctl logs ") != std::string::npos);
     BOOST_TEST(all[1].fields["CUT_METHOD"] == "truncate");  // the last cut's
     BOOST_TEST(all[1].fields["LOG_BYTES_KEPT"] == "0");
     BOOST_TEST(cuts.note({100, 0, 100, 0, std::nullopt, CapReason::own_cap}, t + 2s, 1s));  // a window after the last record
