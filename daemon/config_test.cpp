@@ -437,7 +437,7 @@ BOOST_AUTO_TEST_CASE(format_config_round_trips) {
     c.control.max_connections_per_uid = 0;
     c.control.max_leases_per_uid = 4096;
     BOOST_TEST((parse_config(format_config(c), "c.yaml") == c), format_config(c));
-    BOOST_TEST(config_keys().size() == 30u);
+    BOOST_TEST(config_keys().size() == 31u);
 }
 
 // ---- durations and sizes --------------------------------------------------------------------
