@@ -207,7 +207,7 @@ BOOST_AUTO_TEST_CASE(a_stalled_engine_gets_one_probe_at_a_time_and_its_answer_br
         const int now_hanging = ++hanging;
         if (timeouts > 0)  // the first wave went out before any timeout: what comes after it
             most_hanging_after_first = std::max(most_hanging_after_first.load(), now_hanging);
-        std::this_thread::sleep_for(5ms);
+        std::this_thread::sleep_for(5ms);  // real time: the hung DELETE overlaps any other in flight
         --hanging;
         ++timeouts;
         throw reaper::Timeout(0, "", "DELETE /containers/x: no answer from the engine within the timeout");
