@@ -859,9 +859,11 @@ BOOST_AUTO_TEST_CASE(a_persisted_log_is_capped_before_any_engine_info) {
     BOOST_TEST(capper.watched() == 1u);  // at once, before the thread ran
     BOOST_TEST_REQUIRE(!f.records.with("LOGS", "1").empty());
     // Cut again and again (watched by inotify, not only at the backstop's rounds).
-    for (unsigned cuts = 1; cuts <= 3; ++cuts) {
+    // One append can be cut twice: a slow build (TSan) sees its first part before the rest.
+    for (int round = 0; round < 3; ++round) {
+        const auto before = capper.counters().truncations;
         append(c.log_path, 2 * MiB);
-        BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().truncations == cuts; }));
+        BOOST_TEST_REQUIRE(settled(capper, [&] { return capper.counters().truncations > before; }));
         BOOST_TEST(allocated_of(c.log_path) < MiB);
     }
     // The action is stop, but nothing goes to the engine before it has described the container.
