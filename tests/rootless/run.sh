@@ -15,6 +15,9 @@
 #     docker CLI creates, through a proxy socket in XDG_RUNTIME_DIR, and the session's
 #     container, network and volume are reaped once the lease ends;
 #   - a container without the label, and another session's live container, are untouched;
+#   - an orphan whose delete failed (an immutable file in its writable layer) is retried and
+#     reaped once it can be removed (Docker), or found gone by the retry (Podman 4.3, which
+#     forgets the container on that failed remove);
 #   - a runaway log in the user's own storage is capped (logs.max_size);
 #   - root is refused at the user's control socket (control.allow_root is false), and another
 #     user cannot reach it (the runtime dir is 0700).
@@ -43,10 +46,13 @@ as_user=(setpriv --reuid="$user" --regid="$user" --init-groups
 as_user() { "${as_user[@]}" "$@"; }
 # Started as "${as_user[@]}" CMD &: setpriv and env exec what they run, so $! is the
 # service's (reaperd's, the holder's) own pid.
-engine_pid="" reaperd_pid="" holder_pid="" cli=() rm=()
+engine_pid="" reaperd_pid="" holder_pid="" pinned_holder="" pinned_file="" cli=() rm=()
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cleanup() {
+  # The immutable file blocks the engine's remove and the removal of this run's dir.
+  [ -n "$pinned_file" ] && chattr -i "$pinned_file" 2>/dev/null
+  [ -n "$pinned_holder" ] && kill "$pinned_holder" 2>/dev/null && wait_gone "$pinned_holder"
   [ -n "$holder_pid" ] && kill "$holder_pid" 2>/dev/null && wait_gone "$holder_pid"
   [ -n "$reaperd_pid" ] && kill "$reaperd_pid" 2>/dev/null && wait_gone "$reaperd_pid"
   local ids=""
@@ -93,8 +99,8 @@ netns = "none"
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 CONF
 printf '[storage]\ndriver = "vfs"\n' | as_user tee "$home/.config/containers/storage.conf" >/dev/null
-# A short grace and resync, so that the test waits seconds.
-printf 'sessions:\n  lease_grace: 1s\nreaper:\n  resync_interval: 2s\nlogs:\n  max_size: 4MiB\n' |
+# A short grace, resync and retry, so that the test waits seconds.
+printf 'sessions:\n  lease_grace: 1s\nreaper:\n  resync_interval: 2s\n  retry_initial: 200ms\n  retry_max: 1s\nlogs:\n  max_size: 4MiB\n' |
   as_user tee "$home/.config/reaperd/reaperd.yaml" >/dev/null
 
 image=$dir/image
@@ -160,6 +166,68 @@ for name in outsider other-session; do
   [ "$(as_user "${cli[@]}" inspect -f '{{.State.Running}}' "$name" 2>&1)" = true ] && echo "ok: $name untouched" ||
     fail "$name was touched"
 done
+
+# An orphan whose delete failed (RECIPES section 7, in the user's storage): a file the
+# container made in its writable layer is marked immutable by root, so the engine's remove
+# fails even with force. Once session s2 ends, reaperd's remove fails and is retried; once
+# the file is freed, the next retry reaps it.
+"${as_user[@]}" reaperctl run s2 -- sleep 600 >/dev/null 2>&1 &
+pinned_holder=$!
+marker=pinned-$$-$RANDOM
+as_user "${cli[@]}" run -d --name pinned --label reaperd.session=s2 --network none bb:latest \
+  sh -c "echo >/$marker; exec sleep 600" >/dev/null
+pinned_id=$(as_user "${cli[@]}" inspect -f '{{.Id}}' pinned)
+for _ in $(seq 1 50); do
+  pinned_file=$(find "$storage" -name "$marker" -path '*/vfs/dir/*' 2>/dev/null | head -n 1)
+  [ -n "$pinned_file" ] && break
+  sleep 0.1
+done
+if [ -n "$pinned_file" ] && chattr +i "$pinned_file"; then
+  kill "$pinned_holder"
+  wait_gone "$pinned_holder"
+  pinned_holder=""
+  refused_delete() { grep -q "reap failed; will retry.*$pinned_id" "$dir/reaperd.log"; }
+  retried=0
+  for _ in $(seq 1 150); do refused_delete && { retried=1; break; }; sleep 0.1; done
+  if ((retried)); then
+    echo "ok: the orphan's delete failed and is retried: $(grep -o "reap failed; will retry.*$pinned_id" \
+      "$dir/reaperd.log" | head -n 1 | cut -c1-60)... $(grep "reap failed; will retry.*$pinned_id" "$dir/reaperd.log" |
+      grep -o 'ERROR="[^:]*: [^:]*' | head -n 1)"
+  else
+    fail "no failed and retried delete of the pinned orphan ($pinned_id)"
+  fi
+  if [ "$engine" = podman ]; then
+    # Podman 4.3 drops the container from its database before its root file system, so the
+    # 500 leaves no container behind (its storage stays, `podman ps --external`): the retry's
+    # fresh inspect finds it gone, and reaperd says so.
+    forgotten() { grep -q "container already gone; nothing to reap.*$pinned_id" "$dir/reaperd.log"; }
+    gone_said=0
+    for _ in $(seq 1 100); do forgotten && { gone_said=1; break; }; sleep 0.1; done
+    if ((gone_said)) && ! as_user "${cli[@]}" inspect pinned >/dev/null 2>&1; then
+      echo "ok: Podman forgot the orphan on its failed remove; reaperd's retry found it gone"
+    else
+      fail "Podman's failed remove: the retry did not find the orphan gone"
+    fi
+    chattr -i "$pinned_file"
+    pinned_file=""
+  else
+    as_user "${cli[@]}" inspect pinned >/dev/null 2>&1 || fail "the engine dropped the orphan on its failed remove"
+    chattr -i "$pinned_file"
+    pinned_file=""
+    pinned_gone=0
+    for _ in $(seq 1 100); do
+      as_user "${cli[@]}" inspect pinned >/dev/null 2>&1 || { pinned_gone=1; break; }
+      sleep 0.1
+    done
+    if ((pinned_gone)) && grep -q "container reaped.*$pinned_id" "$dir/reaperd.log"; then
+      echo "ok: the orphan whose delete failed was reaped once the engine could remove it"
+    else
+      fail "the pinned orphan was not reaped after its file was freed"
+    fi
+  fi
+else
+  fail "could not pin the orphan's writable layer (no $marker under $storage, or chattr refused)"
+fi
 
 # A runaway log in the user's own storage (Podman's k8s-file under ~/.local/share/containers,
 # written by conmon as the user; Docker's json-file under ~/.local/share/docker, written by

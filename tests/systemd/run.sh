@@ -17,7 +17,8 @@
 #      session's container, leased by `reaperctl hold`, which is reaped once the holder ends;
 #   7. `systemctl stop` exits cleanly (status 0, result success);
 #   8. the user unit, under the manager of a lingering plain user: READY, a reap, its records
-#      in `journalctl --user -u reaperd`, the watchdog, a clean stop (issue 22).
+#      in `journalctl --user -u reaperd`, the watchdog, the package installed again keeping
+#      the user's live session's container, a clean stop (issue 22).
 #
 # Usage: tests/systemd/run.sh REAPERD_DEB
 # Environment: REAPERD_TEST_CACHE (default /var/cache/reaperd-test) keeps the debootstrapped
@@ -508,6 +509,47 @@ if wait_for 90 user_restarted; then
   pass "SIGSTOP: the watchdog restarted the user's reaperd (pid $old_user_pid -> $(user_prop MainPID))"
 else
   fail "the user's reaperd was not restarted after SIGSTOP"
+fi
+# The package installed again while the user's reaperd holds a live session: the user's
+# daemon goes on (dpkg restarts the system unit only, as Debian's packages leave running user
+# services be) and the live session's container stays; once its holder ends, it is reaped.
+# The system unit is kept down meanwhile (policy-rc.d): here the user's engine is the private
+# root one, which it would watch too; a rootless user's engine is never the system's.
+step "reinstalling the package keeps the user's live session"
+in_ctr sh -c 'printf "#!/bin/sh\nexit 101\n" >/usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d'
+user_live_session=systemd-user-live-$$
+as_user sh -c "reaperctl hold $user_live_session </dev/null >/tmp/user-hold.log 2>&1 & echo \$! >/tmp/user-hold.pid"
+user_live=$(docker_cli create --network none --label "reaperd.session=$user_live_session" --name "user-live-$$" \
+  reaperd-systemd-test/busybox:latest sleep 600)
+docker_cli start "$user_live" >/dev/null
+user_leased() {
+  as_user reaperctl status --json 2>/dev/null | grep -o "{[^{}]*\"id\":\"$user_live_session\"[^{}]*}" |
+    grep -q '"state":"leased"'
+}
+wait_for 30 user_leased || fail "the user's live session is not leased before the reinstall"
+user_pid_before=$(user_prop MainPID)
+if in_ctr dpkg -i /var/tmp/reaperd.deb >"$work/user-upgrade.log" 2>&1; then
+  pass "dpkg -i of the package over itself, the user's reaperd running"
+else
+  cat "$work/user-upgrade.log"
+  fail "dpkg -i (reinstall beside the user's reaperd)"
+fi
+in_ctr rm -f /usr/sbin/policy-rc.d
+# Past the user's lease_grace (1 s) with margin.
+sleep 4
+if docker_cli inspect "$user_live" >/dev/null 2>&1 && user_leased && user_active; then
+  pass "after the reinstall the user's reaperd (pid $user_pid_before, now $(user_prop MainPID)) holds the live session and its container is there"
+else
+  as_user reaperctl status 2>&1 | head -20
+  fail "the user's live session lost its container or its lease after the reinstall"
+fi
+in_ctr sh -c 'kill "$(cat /tmp/user-hold.pid)"'
+user_live_gone() { ! docker_cli inspect "$user_live" >/dev/null 2>&1; }
+if wait_for 60 user_live_gone; then
+  pass "once its holder ended, the user's session container was reaped"
+else
+  fail "the user's session container was not reaped after its holder ended"
+  docker_cli rm -f "$user_live" >/dev/null 2>&1
 fi
 if as_user systemctl --user stop reaperd && [ "$(user_prop Result)" = success ]; then
   pass "systemctl --user stop: clean"
