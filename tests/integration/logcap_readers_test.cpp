@@ -251,7 +251,8 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     // follower that lags more than the kept half behind the writer reads the hole and ends
     // (moby's json-file decoder does not resync across NULs): 26.1 says `invalid character
     // '\x00'`, 28.5 ends without a word (its forwarder logs the decode error at debug level
-    // only). Behind a 70 MB/s runaway under a 2 MiB cap, the engine's CLI lags by more than
+    // only). 20.10's decoder resyncs across up to ~10 MB of hole, and a follower that lagged
+    // further (12 MB, the suite and a CPU-bound job beside it) ended the same way. Behind a 70 MB/s runaway under a 2 MiB cap, the engine's CLI lags by more than
     // the 1 MiB kept within ~30 ms. That is allowed for the runaway only, when the follower's
     // last line is older than the oldest line still on disk (it lagged into the hole), and
     // never a stall.
@@ -261,7 +262,7 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     std::vector<std::uint64_t> kept_now;
     if (driver == "json-file") readable_newest_bytes(log, kept_now);
     const bool lagged_into_hole = !kept_now.empty() && follower.last_number() + 1 < kept_now.front();
-    const bool ended_at_hole = !follower.running() && engine().major_version() >= 23 &&
+    const bool ended_at_hole = !follower.running() &&
                                (follower.last_text().find("invalid character '\\x00'") != std::string::npos ||
                                 lagged_into_hole);
     BOOST_TEST_MESSAGE(what << ": follower " << (advancing && follower.running() ? "goes on" : "ended") << " at line "
