@@ -189,6 +189,38 @@ wait_for() {
   done
 }
 is_active() { [ "$(unit_prop ActiveState)" = active ]; }
+# leased SESSION RUNNER...: whether `reaperctl status --json`, run through RUNNER (in_ctr, or
+# as_user for the user's reaperd), shows SESSION leased.
+leased() {
+  local session=$1
+  shift
+  "$@" reaperctl status --json 2>/dev/null | grep -o "{[^{}]*\"id\":\"$session\"[^{}]*}" |
+    grep -q '"state":"leased"'
+}
+container_gone() { ! docker_cli inspect "$1" >/dev/null 2>&1; }
+# hold_with_container SESSION PIDFILE RUNNER...: `reaperctl hold SESSION` through RUNNER (its
+# pid in PIDFILE, in the container) and a running container of that session, whose id goes to
+# $held_container; waits until the session is leased.
+hold_with_container() {
+  local session=$1 pidfile=$2
+  shift 2
+  "$@" sh -c "reaperctl hold $session </dev/null >$pidfile.log 2>&1 & echo \$! >$pidfile"
+  held_container=$(docker_cli create --network none --label "reaperd.session=$session" --name "$session" \
+    reaperd-systemd-test/busybox:latest sleep 600)
+  docker_cli start "$held_container" >/dev/null
+  wait_for 30 leased "$session" "$@" || fail "session $session is not leased"
+}
+# end_hold_then_reaped PIDFILE CONTAINER WHAT: ends the `reaperctl hold` whose pid is in PIDFILE
+# (in the container); CONTAINER, WHAT, is to be reaped as usual.
+end_hold_then_reaped() {
+  in_ctr sh -c "kill \"\$(cat $1)\""
+  if wait_for 60 container_gone "$2"; then
+    pass "once its holder ended, $3 was reaped as usual"
+  else
+    fail "$3 was not reaped after its holder ended"
+    docker_cli rm -f "$2" >/dev/null 2>&1
+  fi
+}
 
 booted() {
   local s
@@ -373,15 +405,8 @@ fi
 # nothing: its lease comes back within lease_grace and its container stays (issue 10).
 step "reinstalling the package keeps a live session's container"
 live_session=systemd-live-$$
-in_ctr sh -c "reaperctl hold $live_session </dev/null >/tmp/hold.log 2>&1 & echo \$! >/tmp/hold.pid"
-live=$(docker_cli create --network none --label "reaperd.session=$live_session" --name "live-$$" \
-  reaperd-systemd-test/busybox:latest sleep 600)
-docker_cli start "$live" >/dev/null
-leased() {
-  in_ctr reaperctl status --json 2>/dev/null | grep -o "{[^{}]*\"id\":\"$live_session\"[^{}]*}" |
-    grep -q '"state":"leased"'
-}
-wait_for 30 leased || fail "the live session is not leased before the upgrade"
+hold_with_container "$live_session" /tmp/hold.pid in_ctr
+live=$held_container
 pid_before=$(unit_prop MainPID)
 # /tmp is a tmpfs in the container, which docker cp does not write into.
 docker_cli cp "$deb" "$container:/var/tmp/reaperd.deb"
@@ -395,20 +420,13 @@ restarted_by_upgrade() { [ "$(unit_prop MainPID)" != "$pid_before" ] && is_activ
 wait_for 60 restarted_by_upgrade || fail "the upgrade did not restart reaperd (pid $pid_before -> $(unit_prop MainPID))"
 # Past the shipped lease_grace (10s) with margin.
 sleep 14
-if docker_cli inspect "$live" >/dev/null 2>&1 && leased; then
+if docker_cli inspect "$live" >/dev/null 2>&1 && leased "$live_session" in_ctr; then
   pass "after the upgrade's restart and lease_grace, the live session is leased and its container is there"
 else
   in_ctr reaperctl status 2>&1 | head -20
   fail "the live session's container was removed or its lease did not come back"
 fi
-in_ctr sh -c 'kill "$(cat /tmp/hold.pid)"'
-live_gone() { ! docker_cli inspect "$live" >/dev/null 2>&1; }
-if wait_for 60 live_gone; then
-  pass "once its holder ended, the session's container was reaped as usual"
-else
-  fail "the session's container was not reaped after its holder ended"
-  docker_cli rm -f "$live" >/dev/null 2>&1
-fi
+end_hold_then_reaped /tmp/hold.pid "$live" "the session's container"
 
 # 7. A clean stop.
 step "systemctl stop"
@@ -518,15 +536,8 @@ fi
 step "reinstalling the package keeps the user's live session"
 in_ctr sh -c 'printf "#!/bin/sh\nexit 101\n" >/usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d'
 user_live_session=systemd-user-live-$$
-as_user sh -c "reaperctl hold $user_live_session </dev/null >/tmp/user-hold.log 2>&1 & echo \$! >/tmp/user-hold.pid"
-user_live=$(docker_cli create --network none --label "reaperd.session=$user_live_session" --name "user-live-$$" \
-  reaperd-systemd-test/busybox:latest sleep 600)
-docker_cli start "$user_live" >/dev/null
-user_leased() {
-  as_user reaperctl status --json 2>/dev/null | grep -o "{[^{}]*\"id\":\"$user_live_session\"[^{}]*}" |
-    grep -q '"state":"leased"'
-}
-wait_for 30 user_leased || fail "the user's live session is not leased before the reinstall"
+hold_with_container "$user_live_session" /tmp/user-hold.pid as_user
+user_live=$held_container
 user_pid_before=$(user_prop MainPID)
 if in_ctr dpkg -i /var/tmp/reaperd.deb >"$work/user-upgrade.log" 2>&1; then
   pass "dpkg -i of the package over itself, the user's reaperd running"
@@ -537,20 +548,13 @@ fi
 in_ctr rm -f /usr/sbin/policy-rc.d
 # Past the user's lease_grace (1 s) with margin.
 sleep 4
-if docker_cli inspect "$user_live" >/dev/null 2>&1 && user_leased && user_active; then
+if docker_cli inspect "$user_live" >/dev/null 2>&1 && leased "$user_live_session" as_user && user_active; then
   pass "after the reinstall the user's reaperd (pid $user_pid_before, now $(user_prop MainPID)) holds the live session and its container is there"
 else
   as_user reaperctl status 2>&1 | head -20
   fail "the user's live session lost its container or its lease after the reinstall"
 fi
-in_ctr sh -c 'kill "$(cat /tmp/user-hold.pid)"'
-user_live_gone() { ! docker_cli inspect "$user_live" >/dev/null 2>&1; }
-if wait_for 60 user_live_gone; then
-  pass "once its holder ended, the user's session container was reaped"
-else
-  fail "the user's session container was not reaped after its holder ended"
-  docker_cli rm -f "$user_live" >/dev/null 2>&1
-fi
+end_hold_then_reaped /tmp/user-hold.pid "$user_live" "the user's session container"
 if as_user systemctl --user stop reaperd && [ "$(user_prop Result)" = success ]; then
   pass "systemctl --user stop: clean"
 else
