@@ -174,7 +174,8 @@ done
 "${as_user[@]}" reaperctl run s2 -- sleep 600 >/dev/null 2>&1 &
 pinned_holder=$!
 marker=pinned-$$-$RANDOM
-as_user "${cli[@]}" run -d --name pinned --label reaperd.session=s2 --network none bb:latest \
+# --stop-timeout: sleep as PID 1 ignores SIGTERM, and a forced remove waits that long first.
+as_user "${cli[@]}" run -d --name pinned --label reaperd.session=s2 --network none --stop-timeout 1 bb:latest \
   sh -c "echo >/$marker; exec sleep 600" >/dev/null
 pinned_id=$(as_user "${cli[@]}" inspect -f '{{.Id}}' pinned)
 for _ in $(seq 1 50); do
@@ -188,7 +189,7 @@ if [ -n "$pinned_file" ] && chattr +i "$pinned_file"; then
   pinned_holder=""
   refused_delete() { grep -q "reap failed; will retry.*$pinned_id" "$dir/reaperd.log"; }
   retried=0
-  for _ in $(seq 1 150); do refused_delete && { retried=1; break; }; sleep 0.1; done
+  for _ in $(seq 1 300); do refused_delete && { retried=1; break; }; sleep 0.1; done
   if ((retried)); then
     echo "ok: the orphan's delete failed and is retried: $(grep -o "reap failed; will retry.*$pinned_id" \
       "$dir/reaperd.log" | head -n 1 | cut -c1-60)... $(grep "reap failed; will retry.*$pinned_id" "$dir/reaperd.log" |
@@ -202,7 +203,7 @@ if [ -n "$pinned_file" ] && chattr +i "$pinned_file"; then
     # fresh inspect finds it gone, and reaperd says so.
     forgotten() { grep -q "container already gone; nothing to reap.*$pinned_id" "$dir/reaperd.log"; }
     gone_said=0
-    for _ in $(seq 1 100); do forgotten && { gone_said=1; break; }; sleep 0.1; done
+    for _ in $(seq 1 300); do forgotten && { gone_said=1; break; }; sleep 0.1; done
     if ((gone_said)) && ! as_user "${cli[@]}" inspect pinned >/dev/null 2>&1; then
       echo "ok: Podman forgot the orphan on its failed remove; reaperd's retry found it gone"
     else
@@ -215,7 +216,7 @@ if [ -n "$pinned_file" ] && chattr +i "$pinned_file"; then
     chattr -i "$pinned_file"
     pinned_file=""
     pinned_gone=0
-    for _ in $(seq 1 100); do
+    for _ in $(seq 1 300); do
       as_user "${cli[@]}" inspect pinned >/dev/null 2>&1 || { pinned_gone=1; break; }
       sleep 0.1
     done
