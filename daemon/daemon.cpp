@@ -773,6 +773,17 @@ void Daemon::container_gone(const std::string& id) {
     registry_.would_reap_logged.erase(id);
     auto pending = registry_.pending.find(id);
     if (pending != registry_.pending.end() && !pending->second.in_flight) {
+        // After a failed attempt the journal's last word on it was "will retry": say that no
+        // retry is needed. Podman 4.3 drops a container from its database before a root file
+        // system it cannot remove, answers the remove with a 500, and reports the container
+        // gone, usually before the retry comes.
+        if (pending->second.failures > 0) {
+            auto fields = container_fields(id, pending->second.name, pending->second.session, "remove");
+            fields.push_back({"REASON", std::string(to_string(pending->second.reason))});
+            fields.push_back({"ATTEMPT", std::to_string(pending->second.failures)});
+            log(Priority::info, {}, "container gone from the engine after a failed reap; nothing to retry",
+                std::move(fields));
+        }
         registry_.pending.erase(pending);
         dirty_ = true;
     }

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Makes the plain user the rootless tests run as (issue 22): `reaperd-test`, with a home and
-# ranges in /etc/subuid and /etc/subgid for rootless Podman's user namespace (Debian's
-# uidmap provides newuidmap/newgidmap). Idempotent; it only ever creates or completes this
-# one user, which the project owns. Prints the user's name.
+# Makes a plain user the rootless tests run as (issue 22): `reaperd-test` (the default) or
+# `reaperd-test2` (the second user of two_users.sh), with a home and ranges in /etc/subuid and
+# /etc/subgid for rootless Podman's user namespace (Debian's uidmap provides
+# newuidmap/newgidmap). Idempotent; it only ever creates or completes these users, which the
+# project owns. Prints the user's name.
+# Usage: setup-user.sh [reaperd-test|reaperd-test2]
 set -euo pipefail
-user=reaperd-test
+user=${1:-reaperd-test}
+case "$user" in
+  reaperd-test | reaperd-test2) ;;
+  *) echo "usage: $0 [reaperd-test|reaperd-test2]" >&2; exit 64 ;;
+esac
 if ! id "$user" >/dev/null 2>&1; then
   useradd --create-home --shell /bin/bash --comment "reaperd rootless tests" "$user"
 fi
