@@ -252,6 +252,21 @@ if [ "${REAPER_ROOTLESS_RUNAWAY:-1}" = 1 ]; then
   # Bytes on disk: a punched cut keeps the file's apparent size (README, Log-size caps).
   read -r blocks block_bytes < <(stat -c '%b %B' "$log_path")
   size=$((blocks * block_bytes))
+  # What a reader shows after the punched cuts: `docker logs --tail` through the engine's
+  # API, as on a rootful engine (README, Log-size caps), the newest lines within a second,
+  # once the writer is stopped. Podman's k8s-file reader (its CLI's and its service's) fails
+  # now and then behind a live `yes` with no cut at all ("unable to read log file ... is not a
+  # valid container log line": 2 of 5 here), which is not what this measures.
+  as_user "${cli[@]}" kill runaway >/dev/null
+  tail_started=$(date +%s%N)
+  tail_text=$(as_user timeout 5 docker -H "unix://$socket" logs --tail 5 runaway 2>&1 | head -c 400 || true)
+  tail_lines=$(grep -c '^y$' <<<"$tail_text" || true)
+  tail_ms=$((($(date +%s%N) - tail_started) / 1000000))
+  if ((tail_lines == 5 && tail_ms < 2000)); then
+    echo "ok: after the cuts, logs --tail 5 gave the 5 newest lines in $tail_ms ms"
+  else
+    fail "after the cuts, logs --tail 5 gave $tail_lines lines in $tail_ms ms: $(cat -v <<<"$tail_text" | head -c 300)"
+  fi
   as_user "${cli[@]}" "${rm[@]}" runaway >/dev/null
   truncations=$(as_user reaperctl status | sed -n 's/^ *truncate: \([0-9]*\)$/\1/p')
   case "$log_path" in "$storage/"*) ;; *) fail "log not under the user's storage: $log_path" ;; esac
