@@ -8,6 +8,8 @@
 # (tests/harness/podman-guard: `podman system service` in a temp dir, stopped by its pid).
 #
 #   scripts/test-podman.sh                the normal build (build/), shared with scripts/test.sh
+#   scripts/test-podman.sh --rootless     the same tests against a rootless Podman, run as the
+#                                         plain user reaperd-test (REAPER_PODMAN_ROOTLESS=1)
 #   scripts/test-podman.sh --build DIR    another build dir
 #   extra arguments after -- go to ctest, e.g. scripts/test-podman.sh -- -R podman_test
 set -euo pipefail
@@ -18,8 +20,9 @@ ctest_flags=()
 while (($#)); do
   case "$1" in
     --build) build=$2; shift ;;
+    --rootless) export REAPER_PODMAN_ROOTLESS=1 ;;
     --) shift; ctest_flags+=("$@"); break ;;
-    *) echo "usage: $0 [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+    *) echo "usage: $0 [--rootless] [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
   esac
   shift
 done
@@ -31,14 +34,14 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 # Only what the Podman tests run (reaperd, reaperctl, podman_test and the integration tests
 # named in tests/CMakeLists.txt); after scripts/test.sh that is podman_test alone.
 cmake --build "$build" -j"$(nproc)" --target podman_tests
-echo "test-podman: $(podman --version), $(runc --version | head -n 1)"
+echo "test-podman: $(podman --version)${REAPER_PODMAN_ROOTLESS:+, rootless as reaperd-test}, $(runc --version | head -n 1)"
 
 export REAPER_TEST_RUN=run$$
 status=0
 ctest --test-dir "$build/tests/podman" --output-on-failure -j2 "${ctest_flags[@]}" || status=$?
 
 # A test that leaves a Podman service or a container's conmon behind is a bug in the test.
-left=$(pgrep -af -- "(--root|conmon .*) /tmp/reaper-podman\.$REAPER_TEST_RUN\." || true)
+left=$(pgrep -af -- "(--root |conmon .* |unix://)/tmp/reaper-podman\.$REAPER_TEST_RUN\." || true)
 if [ -n "$left" ]; then
   echo "test-podman.sh: left running by the tests:" >&2
   echo "$left" >&2
