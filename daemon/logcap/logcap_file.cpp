@@ -93,6 +93,7 @@ int LogFile::open_if_closed(const LogFiles& files, bool& identity_changed) {
         dev_ = st.st_dev;
         ino_ = st.st_ino;
         identity_changed = true;
+        punched_to_.reset();
     }
     return open_errno;
 }
@@ -162,10 +163,20 @@ CutOutcome LogFile::cut(const LogFiles& files, const CutPlan& plan, const CutCal
             // boundary that leaves at least keep_bytes of the newest log.
             const auto apparent = static_cast<std::uint64_t>(st.st_size);
             const auto block = static_cast<std::uint64_t>(st.st_blksize > 0 ? st.st_blksize : 4096);
-            const off_t data = ::lseek(live_fd_.get(), 0, SEEK_DATA);
-            const std::uint64_t start = data < 0 ? apparent : static_cast<std::uint64_t>(data) / block * block;
+            // A file shrunk from outside since (a truncate) has its data from the start again.
+            if (punched_to_ && *punched_to_ > apparent) punched_to_.reset();
+            std::uint64_t start = 0;
+            if (punched_to_) {
+                start = *punched_to_;
+            } else {
+                const off_t data = ::lseek(live_fd_.get(), 0, SEEK_DATA);
+                start = data < 0 ? apparent : static_cast<std::uint64_t>(data) / block * block;
+            }
             const std::uint64_t end = apparent > plan.keep_bytes ? (apparent - plan.keep_bytes) / block * block : 0;
-            if (end > start) error = calls.punch_hole(live_fd_.get(), start, end - start);
+            if (end > start) {
+                error = calls.punch_hole(live_fd_.get(), start, end - start);
+                if (error == 0) punched_to_ = end;
+            }
             if (error != 0 && punch_unsupported(error)) {
                 out.punch_refused = true;
                 out.punch_error = error;
@@ -173,7 +184,10 @@ CutOutcome LogFile::cut(const LogFiles& files, const CutPlan& plan, const CutCal
                 error = 0;
             }
         }
-        if (method == CutMethod::truncate) error = calls.truncate_to_zero(live_fd_.get());
+        if (method == CutMethod::truncate) {
+            error = calls.truncate_to_zero(live_fd_.get());
+            punched_to_.reset();
+        }
         if (error == 0) out.live_method = method;
         else out.error = error;
         struct stat after {};

@@ -140,6 +140,10 @@ private:
     bool rotated_dirty_ = true;
     std::uint64_t dev_ = 0;
     std::uint64_t ino_ = 0;
+    // Where this capper's last punch into this file ended: the next one starts there. Asking
+    // the file (lseek SEEK_DATA) instead waits for its inode behind a busy writer: 38-76 ms
+    // beside a 70 MB/s writer and one CPU-bound job, during which the log grew by 5 MB.
+    std::optional<std::uint64_t> punched_to_;
 };
 
 std::string live_path(const LogFiles& files);

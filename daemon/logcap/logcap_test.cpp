@@ -1077,6 +1077,43 @@ BOOST_AUTO_TEST_CASE(rotations_are_deleted_oldest_first_before_the_live_file_is_
     BOOST_TEST(cut.kept_bytes == allocated_of(c.log_path));
 }
 
+// A cut starts where this capper's last punch ended, without asking the file (SEEK_DATA waits
+// on the inode behind a busy writer); a file truncated from outside since is punched from its
+// start again.
+BOOST_AUTO_TEST_CASE(a_cut_starts_where_the_last_punch_ended_unless_the_file_shrank) {
+    Fixture f;
+    auto c = f.container("f4", "s1");
+    auto files = locate_log(c.id, c.log_driver, c.log_path, f.root.string());
+    BOOST_TEST_REQUIRE(files.has_value());
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> punches;  // offset, length
+    CutCalls calls = system_cut_calls();
+    const auto punch = calls.punch_hole;
+    calls.punch_hole = [&](int fd, std::uint64_t offset, std::uint64_t length) {
+        punches.emplace_back(offset, length);
+        return punch(fd, offset, length);
+    };
+    LogFile log;
+    bool identity_changed = false;
+    BOOST_TEST_REQUIRE(log.open_if_closed(*files, identity_changed) == 0);
+    const CutPlan keep_256k{CutMethod::punch_hole, 256 * 1024, false};
+    append(c.log_path, 1024 * 1024);
+    BOOST_TEST(log.cut(*files, keep_256k, calls).error == 0);
+    append(c.log_path, 512 * 1024);
+    BOOST_TEST(log.cut(*files, keep_256k, calls).error == 0);
+    BOOST_TEST_REQUIRE(punches.size() == 2u);
+    BOOST_TEST(punches[0].first == 0u);
+    BOOST_TEST(punches[1].first == punches[0].first + punches[0].second);
+    BOOST_TEST(punches[1].first + punches[1].second == (1536u - 256) * 1024);
+    BOOST_TEST(allocated_of(c.log_path) <= 256u * 1024 + 64 * 1024);
+
+    fs::resize_file(c.log_path, 0);
+    append(c.log_path, 768 * 1024);
+    BOOST_TEST(log.cut(*files, keep_256k, calls).error == 0);
+    BOOST_TEST_REQUIRE(punches.size() == 3u);
+    BOOST_TEST(punches[2].first == 0u);
+    BOOST_TEST(punches[2].second == 512u * 1024);
+}
+
 BOOST_AUTO_TEST_CASE(a_directory_removed_under_its_watch_is_reported_gone_once_per_container) {
     Fixture f;
     auto c = f.container("f2", "s1");

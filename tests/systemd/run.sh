@@ -241,6 +241,10 @@ else
   in_ctr systemctl status --no-pager reaperd.service
   fail "reaperd.service not active after boot"
 fi
+# The unit's Nice= (the log capper's head start over CPU-bound neighbours) reached the process.
+# /proc/PID/stat's 19th field (the minbase system has no ps; reaperd's name has no space).
+nice_now=$(in_ctr cut -d' ' -f19 "/proc/$(unit_prop MainPID)/stat" | tr -d '\r')
+[ "$nice_now" = -5 ] && pass "reaperd runs at nice -5 (Nice=)" || fail "reaperd's nice is '$nice_now', not -5"
 
 # 2. Active only after READY: with the engine unreachable, start stays "activating".
 step "start with the engine unreachable, then reachable"
