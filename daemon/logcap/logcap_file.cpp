@@ -163,8 +163,11 @@ CutOutcome LogFile::cut(const LogFiles& files, const CutPlan& plan, const CutCal
             // boundary that leaves at least keep_bytes of the newest log.
             const auto apparent = static_cast<std::uint64_t>(st.st_size);
             const auto block = static_cast<std::uint64_t>(st.st_blksize > 0 ? st.st_blksize : 4096);
-            // A file shrunk from outside since (a truncate) has its data from the start again.
-            if (punched_to_ && *punched_to_ > apparent) punched_to_.reset();
+            // A file truncated from outside since has data before that point again: it shrank,
+            // or holds more on disk than the part after it (a file system that allocates past
+            // the end, as xfs does, lands here too and asks the file as before).
+            if (punched_to_ && (*punched_to_ > apparent || live_before > apparent - *punched_to_ + 16 * block))
+                punched_to_.reset();
             std::uint64_t start = 0;
             if (punched_to_) {
                 start = *punched_to_;

@@ -142,7 +142,7 @@ private:
     std::uint64_t ino_ = 0;
     // Where this capper's last punch into this file ended: the next one starts there. Asking
     // the file (lseek SEEK_DATA) instead waits for its inode behind a busy writer: 38-76 ms
-    // beside a 70 MB/s writer and one CPU-bound job, during which the log grew by 5 MB.
+    // under strace beside a 70 MB/s writer and one CPU-bound job.
     std::optional<std::uint64_t> punched_to_;
 };
 

@@ -1112,6 +1112,15 @@ BOOST_AUTO_TEST_CASE(a_cut_starts_where_the_last_punch_ended_unless_the_file_shr
     BOOST_TEST_REQUIRE(punches.size() == 3u);
     BOOST_TEST(punches[2].first == 0u);
     BOOST_TEST(punches[2].second == 512u * 1024);
+
+    // Truncated again and grown past where the last punch ended before the next cut: the data
+    // before that point is found and punched too.
+    fs::resize_file(c.log_path, 0);
+    append(c.log_path, 1024 * 1024);
+    BOOST_TEST(log.cut(*files, keep_256k, calls).error == 0);
+    BOOST_TEST_REQUIRE(punches.size() == 4u);
+    BOOST_TEST(punches[3].first == 0u);
+    BOOST_TEST(allocated_of(c.log_path) <= 256u * 1024 + 64 * 1024);
 }
 
 BOOST_AUTO_TEST_CASE(a_directory_removed_under_its_watch_is_reported_gone_once_per_container) {
