@@ -7,15 +7,19 @@
 # (tests/harness/engine-guard, stopped by its pid). The first line names the engine's version.
 # Unstable moves: when docker-sid no longer fetches or runs here, this says exactly that and
 # exits 0 without running; docker-trixie is required.
+# docker-rootless: Debian 12's own Docker 20.10, each private dockerd run rootless as the plain
+# user reaperd-test through dockerd-rootless.sh (tests/harness/engine-guard with
+# REAPER_DOCKER_ROOTLESS=1), against the integration tests' engine-neutral cases (the ones the
+# Podman stages run; tests/CMakeLists.txt).
 #
-#   scripts/test-engine.sh docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]
+#   scripts/test-engine.sh docker-trixie|docker-sid|docker-rootless [--build DIR] [-- CTEST_ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 engine=${1:-}
 case "$engine" in
-  docker-trixie | docker-sid) shift ;;
-  *) echo "usage: $0 docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+  docker-trixie | docker-sid | docker-rootless) shift ;;
+  *) echo "usage: $0 docker-trixie|docker-sid|docker-rootless [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
 esac
 build=build
 ctest_flags=()
@@ -23,7 +27,7 @@ while (($#)); do
   case "$1" in
     --build) build=$2; shift ;;
     --) shift; ctest_flags+=("$@"); break ;;
-    *) echo "usage: $0 docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+    *) echo "usage: $0 docker-trixie|docker-sid|docker-rootless [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
   esac
   shift
 done
@@ -31,13 +35,17 @@ suite=${engine#docker-}
 cache=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines/$suite
 
 scripts/deps.sh
-scripts/fetch-testcontainers.sh  # own_clients_test runs testcontainers-node
-scripts/fetch-engines.sh "$suite"
-if [ -e "$cache/unavailable" ]; then
-  echo "test-engine: $engine: SKIPPED, the engine is unavailable on this machine: $(cat "$cache/unavailable")"
-  exit 0
+if [ "$engine" = docker-rootless ]; then
+  echo "test-engine: $engine: $(dockerd --version), rootless as reaperd-test, $(rootlesskit --version)"
+else
+  scripts/fetch-testcontainers.sh  # own_clients_test runs testcontainers-node
+  scripts/fetch-engines.sh "$suite"
+  if [ -e "$cache/unavailable" ]; then
+    echo "test-engine: $engine: SKIPPED, the engine is unavailable on this machine: $(cat "$cache/unavailable")"
+    exit 0
+  fi
+  echo "test-engine: $engine: $(cat "$cache/versions")"
 fi
-echo "test-engine: $engine: $(cat "$cache/versions")"
 
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -42,6 +42,14 @@ ctest --test-dir "$build/tests/podman" --output-on-failure -j2 "${ctest_flags[@]
 
 # A test that leaves a Podman service or a container's conmon behind is a bug in the test.
 left=$(pgrep -af -- "(--root |conmon .* |unix://)/tmp/reaper-podman\.$REAPER_TEST_RUN\." || true)
+# A rootless service's "podman pause" process names no dir: it is known by its environment.
+if [ -n "${REAPER_PODMAN_ROOTLESS:-}" ]; then
+  for p in $(pgrep -u reaperd-test || true); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q "^XDG_RUNTIME_DIR=/tmp/reaper-podman\.$REAPER_TEST_RUN\."; then
+      left+="${left:+$'\n'}$p $(cat "/proc/$p/comm" 2>/dev/null)"
+    fi
+  done
+fi
 if [ -n "$left" ]; then
   echo "test-podman.sh: left running by the tests:" >&2
   echo "$left" >&2

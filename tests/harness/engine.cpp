@@ -18,6 +18,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +126,21 @@ PrivateEngine::PrivateEngine(EngineKind kind, const std::string& tls_dir) : kind
     if (auto space = dir_.find(' '); space != std::string::npos) {
         tls_address_ = dir_.substr(space + 1);
         dir_.resize(space);
+    }
+    // A rootless mode that quietly ran the engine as root would pass every test and show
+    // nothing: the socket's owner is the uid the engine runs as.
+    const char* rootless_mode = std::getenv(kind_ == EngineKind::podman ? "REAPER_PODMAN_ROOTLESS" : "REAPER_DOCKER_ROOTLESS");
+    const bool rootless = rootless_mode && *rootless_mode;
+    struct stat socket_stat {};
+    std::string wrong;
+    if (::stat(socket_path().c_str(), &socket_stat) != 0)
+        wrong = "its socket cannot be read: " + reaper::detail::errno_text(errno);
+    else if ((socket_stat.st_uid != 0) != rootless)
+        wrong = std::string(rootless ? "should run rootless" : "should run as root") + ", and its socket's owner is uid " +
+                std::to_string(socket_stat.st_uid);
+    if (!wrong.empty()) {
+        delete guard_;
+        throw std::runtime_error(std::string("private ") + to_string(kind_) + " engine at " + socket_path() + ": " + wrong);
     }
     Client client(client_options());
     import_busybox_image(client, image);
