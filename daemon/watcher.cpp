@@ -114,8 +114,22 @@ void Watcher::queue_lookup_locked(const std::string& id) {
 void Watcher::run_lookups() {
     std::unique_lock lock(mutex_);
     for (;;) {
-        lookup_ready_.wait(lock, [this] { return stopping_ || root_wanted_ || !lookup_queue_.empty(); });
+        const auto catch_up_due = [this] { return catch_up_at_ && std::chrono::steady_clock::now() >= *catch_up_at_; };
+        const auto work = [this] { return stopping_ || root_wanted_ || !lookup_queue_.empty(); };
+        // Without a catch-up due, a wait ends when one is set, to wait for it with its deadline.
+        if (catch_up_at_)
+            lookup_ready_.wait_until(lock, *catch_up_at_, [&] { return work() || catch_up_due(); });
+        else
+            lookup_ready_.wait(lock, [&] { return work() || catch_up_at_.has_value(); });
         if (stopping_) return;
+        if (catch_up_due()) {
+            catch_up_at_.reset();
+            lock.unlock();
+            catch_up();
+            lock.lock();
+            continue;
+        }
+        if (!root_wanted_ && lookup_queue_.empty()) continue;
         if (std::exchange(root_wanted_, false)) {
             lock.unlock();
             // An engine that will not say leaves the capper to learn it from a json-file
@@ -168,12 +182,17 @@ void Watcher::run_lookups() {
 
 void Watcher::appeared(reaper::ContainerInfo info) {
     std::lock_guard lock(mutex_);
+    appeared_locked(std::move(info));
+}
+
+void Watcher::appeared_locked(reaper::ContainerInfo info) {
     if (!known_.emplace(info.id, Known{}).second) return;
     sink_(watch::Appeared{std::move(info), docker_root_dir_, false});
 }
 
 void Watcher::gone(const std::string& id) {
     std::lock_guard lock(mutex_);
+    if (catching_up_) gone_during_catch_up_.insert(id);
     if (!known_.erase(id)) return;
     if (auto lookup = lookups_.find(id); lookup != lookups_.end()) {
         // One running finds the id unknown and sends nothing; one queued is dropped here.
@@ -255,6 +274,11 @@ void Watcher::run() {
             } unregister{this};
             list_and_reconcile();
             if (engine_state != Engine::up) {
+                if (options.catch_up_after.count() > 0) {
+                    std::lock_guard lock(mutex_);
+                    catch_up_at_ = std::chrono::steady_clock::now() + options.catch_up_after;
+                    lookup_ready_.notify_all();
+                }
                 engine_state = Engine::up;
                 sink_(watch::EngineUp{});
             }
@@ -333,6 +357,28 @@ void Watcher::list_and_reconcile() {
             if (known.lookup_failed) queue_lookup_locked(id);
     }
     list_objects();
+}
+
+void Watcher::catch_up() {
+    {
+        std::lock_guard lock(mutex_);
+        catching_up_ = true;
+        gone_during_catch_up_.clear();
+    }
+    reaper::ListOptions options;
+    options.all = true;
+    std::vector<reaper::ContainerSummary> summaries;
+    try {
+        summaries = engine_.list_containers(options);
+    } catch (const reaper::EngineError&) {
+    }
+    // A row the stream said was removed while the list was out would come back as a
+    // container that is no more: skipped.
+    std::lock_guard lock(mutex_);
+    for (const auto& summary : summaries)
+        if (!gone_during_catch_up_.count(summary.id)) appeared_locked(from_summary(summary));
+    catching_up_ = false;
+    gone_during_catch_up_.clear();
 }
 
 // Networks and volumes, after the containers: the loop then knows which containers still

@@ -81,6 +81,9 @@ using WatchEvent =
 struct WatcherOptions {
     std::chrono::milliseconds retry_initial{1000};
     std::chrono::milliseconds retry_max{60000};
+    // How long after each connection's first list the containers are listed once more (see
+    // catch_up_at_); 0 = never.
+    std::chrono::milliseconds catch_up_after{100};
 };
 
 class Watcher {
@@ -143,9 +146,13 @@ private:
     void queue_lookup_locked(const std::string& id);
     // Reports a container new to the watcher (nothing if it is known already).
     void appeared(reaper::ContainerInfo info);
+    void appeared_locked(reaper::ContainerInfo info);  // mutex_ held
     void gone(const std::string& id);
     void container_event(const reaper::Event& event);
     void list_and_reconcile();
+    // The catch-up list (catch_up_at_): reports the containers not known yet, and nothing
+    // else; an engine error leaves it to the stream and the next list.
+    void catch_up();
     void list_objects();
     void object_event(const reaper::Event& event);
     bool sleep_for(std::chrono::milliseconds delay);  // false when stopping
@@ -174,6 +181,15 @@ private:
     bool root_wanted_ = false;   // a lookup thread is to ask /info
     bool root_pending_ = false;  // asked and not answered yet
     std::condition_variable root_known_;
+    // When a lookup thread lists the containers once more (guarded by mutex_). A container
+    // created while the first list of a connection was being answered is in neither that
+    // list nor, on an engine whose events lag, the stream for a while: Podman 4.3's file
+    // events backend delivered such a create ~250 ms late, while conmon wrote its `yes` log at
+    // ~470 MB/s; a reaperd starting beside it first cut that log at 43-65 MB under a 10 MiB cap,
+    // where one created later was cut at 10-15 MB (issue 21 point 6).
+    std::optional<std::chrono::steady_clock::time_point> catch_up_at_;
+    bool catching_up_ = false;                        // its list is out
+    std::set<std::string> gone_during_catch_up_;      // removals the stream told meanwhile
     std::thread thread_;
     std::vector<std::thread> lookup_threads_;
 };

@@ -45,7 +45,7 @@ left=$(pgrep -af -- "(--root |conmon .* |unix://)/tmp/reaper-podman\.$REAPER_TES
 # A rootless service's "podman pause" process names no dir: it is known by its environment.
 if [ -n "${REAPER_PODMAN_ROOTLESS:-}" ]; then
   for p in $(pgrep -u reaperd-test || true); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q "^XDG_RUNTIME_DIR=/tmp/reaper-podman\.$REAPER_TEST_RUN\."; then
+    if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -q "^XDG_RUNTIME_DIR=/tmp/reaper-podman\.$REAPER_TEST_RUN\."; then
       left+="${left:+$'\n'}$p $(cat "/proc/$p/comm" 2>/dev/null)"
     fi
   done

@@ -193,9 +193,11 @@ private:
     std::vector<Request> requests_;
 };
 
-// An engine that knows only GET /version, plus `more` for everything else (404 otherwise).
+// An engine that knows only GET /_ping (its API-Version header: 1.52) and GET /version, plus
+// `more` for everything else (404 otherwise).
 FixtureEngine::Handler with_version(FixtureEngine::Handler more = {}) {
     return [more](const std::string& method, const std::string& target, const std::string& body) {
+        if (method == "GET" && target == "/_ping") return reply(200, "OK");
         if (method == "GET" && target == "/version") return reply(200, fixture("version.json"));
         if (more) {
             auto bytes = more(method, target, body);
@@ -223,7 +225,9 @@ BOOST_AUTO_TEST_CASE(version_negotiates_1_52_and_reads_the_engine) {
     BOOST_TEST(v.os == "linux");
     BOOST_TEST(v.arch == "amd64");
     auto requests = engine.requests();
-    BOOST_TEST(requests.front().target == "/version");  // negotiation is unversioned
+    // Negotiated from /_ping's header (unversioned); /version asked only by version().
+    BOOST_TEST(requests.front().target == "/_ping");
+    BOOST_TEST(requests.size() == 2u);
     BOOST_TEST(requests.back().target == "/v1.52/version");
 }
 

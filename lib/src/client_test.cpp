@@ -483,9 +483,13 @@ private:
     std::vector<std::string> requests_;
 };
 
-// A script that answers /version normally and `reply` to everything else.
+// /_ping as Debian 12's dockerd 20.10 answers it: its API-Version header settles negotiation.
+const std::string ping_reply = http(200, "OK", "API-Version: 1.41\r\n");
+
+// A script that answers /_ping and /version normally and `reply` to everything else.
 FakeEngine::Script answering(Scripted reply) {
     return [reply](const std::string& line) {
+        if (line.find(" /_ping ") != std::string::npos) return Scripted{ping_reply};
         if (line.find(" /version ") != std::string::npos) return Scripted{version_reply};
         return reply;
     };
@@ -636,6 +640,56 @@ BOOST_DATA_TEST_CASE(negotiation_per_engine, bdata::make(negotiations), n) {
     BOOST_TEST(client.api_version() == n.expected);
     BOOST_TEST(fake.requests().back().find(std::string("GET /v") + n.expected + "/containers/json") == 0u,
                fake.requests().back());
+}
+
+// Negotiation from /_ping's API-Version header: it settles alone when the header is within
+// this client's range (1.40-1.52) and nothing is pinned; otherwise GET /version decides,
+// exactly as without the header (negotiation_per_engine).
+struct PingNegotiation {
+    const char* engine;
+    const char* ping_header;  // "" = none
+    const char* pinned;
+    bool asks_version;
+    const char* expected;  // nullptr = UnsupportedVersion
+};
+std::ostream& operator<<(std::ostream& out, const PingNegotiation& n) { return out << n.engine; }
+
+const PingNegotiation ping_negotiations[] = {
+    {"Podman 4.3 and Docker 20.10", "1.41", "", false, "1.41"},
+    {"Docker 26", "1.45", "", false, "1.45"},
+    {"Docker 29", "1.52", "", false, "1.52"},
+    {"at this client's floor", "1.40", "", false, "1.40"},
+    {"newer than this client: its floor decides", "1.60", "", true, "1.52"},
+    {"older than this client", "1.39", "", true, nullptr},
+    {"no header", "", "", true, "1.52"},
+    {"a header that is no version", "latest", "", true, "1.52"},
+    {"pinned: checked against the floor", "1.52", "1.44", true, "1.44"},
+};
+
+BOOST_DATA_TEST_CASE(negotiation_from_ping, bdata::make(ping_negotiations), n) {
+    // /version says what the ping says, with Docker 29's floor (its own 1.39 for the older one).
+    const std::string max = *n.ping_header && is_api_version(n.ping_header) ? n.ping_header : "1.52";
+    const std::string min = compare_api_versions(max, "1.44") < 0 ? "1.12" : "1.44";
+    const std::string header = *n.ping_header ? std::string("API-Version: ") + n.ping_header + "\r\n" : "";
+    const std::string version_body = R"({"Version":"x","ApiVersion":")" + max + R"(","MinAPIVersion":")" + min + R"("})";
+    FakeEngine fake([&](const std::string& line) {
+        if (line.find(" /_ping ") != std::string::npos) return Scripted{http(200, "OK", header)};
+        if (line.find(" /version ") != std::string::npos) return Scripted{http(200, version_body)};
+        return Scripted{http(200, "[]")};
+    });
+    auto options = fake.options();
+    options.pinned_api_version = n.pinned;
+    Client client(options);
+    if (n.expected) {
+        client.list_containers({});
+        BOOST_TEST(client.api_version() == n.expected);
+    } else {
+        BOOST_CHECK_THROW(client.list_containers({}), UnsupportedVersion);
+    }
+    auto requests = fake.requests();
+    const bool asked = std::any_of(requests.begin(), requests.end(),
+                                   [](const std::string& r) { return r.find("GET /version ") == 0; });
+    BOOST_TEST(asked == n.asks_version);
 }
 
 // An engine upgraded under a running client (20.10 -> 29.0) refuses the old version with

@@ -326,13 +326,18 @@ BOOST_AUTO_TEST_CASE(reaperd_caps_a_runaway_log_and_stops_only_an_owned_writer) 
 }
 
 // Issue 21, point 6: a `yes` container created while reaperd started (its control socket
-// answering, READY not yet sent) reached 356 MB under a 10 MiB cap in 1 of 3 runs: the
-// watcher asked GET /info (~1.7 s on Podman) before its first list, and read no event until
-// both were done. The capper must cap it as promptly as one created later.
+// answering, READY not yet sent) reached 356 MB under a 10 MiB cap in 1 of 3 runs. Two waits
+// made that window, measured on an idle machine with conmon writing ~470 MB/s: negotiating
+// the API by GET /version, which Podman answers in ~0.4 s (now /_ping's header, <1 ms), and a
+// container created during the first list, whose create event Podman's file events backend
+// delivered ~250 ms late (now a catch-up list 100 ms after the first). Before: the first cut
+// at 140-270 MB; after: 14-30 MB, where one created after READY peaked at 10-83 MB.
 BOOST_AUTO_TEST_CASE(a_log_that_appears_during_start_up_is_capped_as_promptly_as_later) {
     Reaperd d("", "logs:\n  max_size: 10MiB\n  scope: all\n");
     d.start(false);  // returns once the control socket answers
-    BOOST_TEST_REQUIRE(!d.ready(), "reaperd was ready before the container could be made during its start-up");
+    // READY now follows the socket by ~10 ms, often before the create is answered: the
+    // create is asked at the socket's first answer either way, and the message says which.
+    const bool ready_at_create = d.ready();
     Cleanup cleanup;
     auto runaway = [&] {
         reaper::ContainerSpec spec;
@@ -351,15 +356,13 @@ BOOST_AUTO_TEST_CASE(a_log_that_appears_during_start_up_is_capped_as_promptly_as
     engine_client().remove(early, {true, true});
     const std::string late = runaway();
     auto late_max = max_size_over(engine_client().inspect(late).log_path, 8s);
-    BOOST_TEST_MESSAGE("made during start-up: largest log " << early_max << " bytes; made after READY: " << late_max
+    BOOST_TEST_MESSAGE("made during start-up (reaperd " << (ready_at_create ? "already" : "not yet")
+                                                        << " ready): largest log " << early_max << " bytes; made after READY: " << late_max
                                                             << " bytes");
-    // The bound of reaperd_caps_a_runaway_log_and_stops_only_an_owned_writer: conmon writes
-    // ~230 MB/s and the cuts come late on 2 busy cores; 356 MB is what the window let through.
-    // Neither is held to it here yet (issue 21, point 6, open): the one made during start-up
-    // reached 146 MB in one run after the merges, the one made after READY passed 64 MiB in
-    // another (32 and 37 MB in the next). Both are held to being capped at all: 8 s of
-    // writing make ~1.8 GB uncapped.
-    BOOST_TEST(early_max < 512 * MiB, d.log_text());
+    // As promptly: within twice the later one's peak, or 96 MiB (the later one alone varied
+    // from 10 to 83 MB in one series: its create event comes when Podman's events backend
+    // next polls). Both are capped at all: 8 s of writing make ~1.8 GB uncapped.
+    BOOST_TEST(early_max <= std::max<std::uint64_t>(2 * late_max, 96 * MiB), d.log_text());
     BOOST_TEST(late_max < 512 * MiB, d.log_text());
     BOOST_TEST(d.terminate() == 0);
 }
