@@ -30,8 +30,6 @@ namespace {
 constexpr std::uint64_t MiB = 1024 * 1024;
 const std::string session_label = "reaperd.session";
 
-// ~2.9 MB of json log (15,000 lines of ~195 bytes), then quiet: a writer that passes a
-// small cap once and then keeps running.
 // `lines` json log lines of ~201 bytes each (130 characters of text), then quiet.
 std::vector<std::string> burst_of(int lines) {
     return {"sh", "-c",
@@ -39,6 +37,7 @@ std::vector<std::string> burst_of(int lines) {
             "012345678901234567890123456789012345678901234567890123456789 | head -n " +
                 std::to_string(lines) + "; exec sleep 600"};
 }
+// ~3 MB of json log, then quiet: a writer that passes a small cap once and keeps running.
 const std::vector<std::string> burst_then_sleep = burst_of(15000);
 // A runaway: about 70 MB/s of json log here.
 const std::vector<std::string> runaway = {"yes"};
@@ -227,7 +226,9 @@ BOOST_AUTO_TEST_CASE(stop_kill_and_remove_act_on_session_owned_containers_only) 
                 BOOST_TEST(eventually([&] { return !f.running(owned); }));
             BOOST_TEST(eventually([&] { return f.records.count("CONTAINER_ID", unowned) > 0; }));
             BOOST_TEST(f.running(unowned));
-            BOOST_TEST(log_bytes(bystander) < 1 * MiB);
+            // The first record can be a cut in the middle of the burst; the cut after its
+            // last line brings the log under the cap.
+            BOOST_TEST(eventually([&] { return log_bytes(bystander) < 1 * MiB; }));
             // The record follows the engine call on the capper's worker thread, so it may
             // land a moment after the container's state changed.
             auto acted = std::string(to_string(action));
