@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -34,8 +35,40 @@ using logcap::CapReason;
 
 namespace {
 
-// The nice the capper's watcher thread asks for (run_watcher says why).
+// A 70 MB/s writer under a cap leaves the capper's watcher thread the time the log takes
+// from its mark to its cap (~65 ms under 10 MiB, ~16 ms under 2 MiB). Beside CPU-bound jobs
+// on 2 cores the thread waited longer than that for a core, however niced: strace showed its
+// ppoll with a 7 ms timeout returning after 111 ms. Beside one CPU-bound job, a 70 MB/s
+// runaway's log reached 14-68 MB under a 10 MiB cap (median 29) at nice 0 and 11-25 MB
+// (median 13) at nice -10; under a 2 MiB cap its peak was 0.80-1.69x the cap at nice -10
+// and 0.66-0.67x in the real-time round-robin class at its lowest priority (0.67-0.71x
+// beside three such jobs). So the thread asks for that class first: it uses a few % of a
+// core (bench/logcap_bench) and sleeps in ppoll between checks, and the kernel's real-time
+// throttling bounds it even if it did not. SCHED_RESET_ON_FORK keeps the class from
+// anything it might start. Refused (no CAP_SYS_NICE nor RLIMIT_RTPRIO, a cgroup with no
+// real-time budget, a seccomp filter), it asks for nice -10, and without even that right it
+// runs at the process's nice.
+enum class CapperScheduling { realtime, nice, process };
+
+constexpr int capper_rt_priority = 1;
 constexpr int capper_nice = -10;
+
+CapperScheduling raise_capper_thread() {
+    struct sched_param param {};
+    param.sched_priority = capper_rt_priority;
+    if (::sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &param) == 0) return CapperScheduling::realtime;
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), capper_nice) == 0) return CapperScheduling::nice;
+    return CapperScheduling::process;
+}
+
+std::string_view to_string(CapperScheduling s) {
+    switch (s) {
+        case CapperScheduling::realtime: return "realtime";
+        case CapperScheduling::nice: return "nice";
+        case CapperScheduling::process: return "process";
+    }
+    return "process";
+}
 
 std::string errno_text(int error) { return std::system_category().message(error); }
 
@@ -799,15 +832,13 @@ LogCapCounters LogCapper::counters() const {
 
 void LogCapper::run_watcher() {
     ::pthread_setname_np(::pthread_self(), "reaperd-logcap");
-    // A 70 MB/s writer under a cap leaves this thread the time the log takes from its mark to
-    // its cap (65 ms under 10 MiB, 13 ms under 2 MiB). Beside one CPU-bound job on 2 cores it
-    // waited longer than that for a core: the runaway's log reached 14-68 MB under a 10 MiB
-    // cap (median 29) at nice 0, 11-25 MB (median 13) at nice -10 in the same alternated runs,
-    // 11.3 against 5.5 MB under 2 MiB. Its own CPU is a few % of a core (bench/logcap_bench).
-    // Refused without CAP_SYS_NICE (a user's daemon; the system unit's seccomp filter, whose
-    // Nice= raises the whole daemon instead): it then runs at the process's nice.
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), capper_nice);
+    const auto scheduling = raise_capper_thread();
     Loop& loop = *loop_;
+    loop.record(Priority::info, {},
+                scheduling == CapperScheduling::realtime ? "log capper thread in the real-time class (SCHED_RR 1)"
+                : scheduling == CapperScheduling::nice   ? "log capper thread at nice -10 (the real-time class refused)"
+                                                         : "log capper thread at the process's nice (both raises refused)",
+                {{"SCHEDULING", std::string(to_string(scheduling))}});
     auto next_backstop = options_.clock();
     std::uint64_t backstop_round = 0;
     auto last_round = Clock::time_point{};

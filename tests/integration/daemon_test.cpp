@@ -5,8 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
+
+#include <sched.h>
+#include <sys/resource.h>
 
 #include <Poco/Net/SocketAddress.h>
 #include <Poco/Net/StreamSocket.h>
@@ -379,4 +384,42 @@ BOOST_AUTO_TEST_CASE(status_summarises_ended_sessions_and_lists_them_on_request)
     const auto shown = parser.parse(text).extract<Poco::JSON::Object::Ptr>();
     BOOST_TEST(ids(shown) == (std::vector<std::string>{"old-24", "old-23"}), boost::test_tools::per_element());
     lease->release();
+}
+
+// The log capper's thread runs as reaperd's start-up record says (SCHEDULING=): in the
+// real-time round-robin class at priority 1 where the kernel grants it (root, a cgroup with a
+// real-time budget), else at nice -10, else at the daemon's own nice.
+BOOST_AUTO_TEST_CASE(the_capper_thread_runs_as_its_start_record_says) {
+    Reaperd d;
+    d.start();
+    BOOST_REQUIRE(eventually([&] { return d.log_count("SCHEDULING=") == 1u; }));
+    pid_t capper = 0;
+    const auto tasks = "/proc/" + std::to_string(d.pid()) + "/task";
+    for (auto& task : std::filesystem::directory_iterator(tasks)) {
+        std::ifstream comm(task.path() / "comm");
+        std::string name;
+        std::getline(comm, name);
+        if (name == "reaperd-logcap") capper = std::stoi(task.path().filename().string());
+    }
+    BOOST_REQUIRE(capper > 0);
+    const int policy = ::sched_getscheduler(capper);
+    struct sched_param param {};
+    ::sched_getparam(capper, &param);
+    const int thread_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(capper));
+    const int daemon_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(d.pid()));
+    const auto text = d.log_text();
+    BOOST_TEST_MESSAGE("capper thread: policy " << policy << ", priority " << param.sched_priority << ", nice "
+                                                << thread_nice << "; "
+                                                << text.substr(text.find("SCHEDULING="), 24));
+    if (text.find("SCHEDULING=realtime") != std::string::npos) {
+        BOOST_TEST(policy == (SCHED_RR | SCHED_RESET_ON_FORK));
+        BOOST_TEST(param.sched_priority == 1);
+    } else if (text.find("SCHEDULING=nice") != std::string::npos) {
+        BOOST_TEST(policy == SCHED_OTHER);
+        BOOST_TEST(thread_nice == -10);
+    } else {
+        BOOST_TEST(text.find("SCHEDULING=process") != std::string::npos);
+        BOOST_TEST(policy == SCHED_OTHER);
+        BOOST_TEST(thread_nice == daemon_nice);
+    }
 }
