@@ -215,6 +215,16 @@ public:
         text << in.rdbuf();
         return text.str();
     }
+    // Whether one line of its log holds every one of `parts` (a record's message and fields).
+    bool logged(const std::vector<std::string>& parts) const {
+        std::istringstream lines(log_text());
+        for (std::string line; std::getline(lines, line);) {
+            bool all = true;
+            for (const auto& part : parts) all = all && line.find(part) != std::string::npos;
+            if (all) return true;
+        }
+        return false;
+    }
     std::size_t log_count(const std::string& needle) const {
         std::string text = log_text();
         std::size_t n = 0;
