@@ -492,7 +492,9 @@ bool group_valid(const std::string& group) {
                        [](char c) { return is_alnum(c) || c == '_' || c == '-' || c == '.'; });
 }
 
-constexpr std::size_t max_unix_socket_path = 107;  // sun_path holds 108 bytes with the NUL
+// sun_path holds 108 bytes with the NUL, and the control server binds "<socket>.new" first
+// (renamed once it listens), so the configured path has 4 bytes fewer.
+constexpr std::size_t max_control_socket_path = 107 - 4;
 constexpr unsigned max_concurrency = 256;
 // Each tombstone costs ~190 bytes of reaperd's memory and ~80 bytes of state file
 // (bench/tombstone_bench): 10 million is ~2 GB, a typo rather than a plan.
@@ -547,9 +549,10 @@ void validate(Parser& p, const Config& c) {
     check({"control.socket"}, absolute_path(c.control.socket) && c.control.socket.back() != '/',
           "control.socket",
           "expected an absolute path such as /run/reaperd/control.sock; got " + reaper::quote_for_message(c.control.socket));
-    check({"control.socket"}, c.control.socket.size() <= max_unix_socket_path, "control.socket",
-          "must be at most " + std::to_string(max_unix_socket_path) +
-              " bytes long (the unix socket path limit); got " + std::to_string(c.control.socket.size()));
+    check({"control.socket"}, c.control.socket.size() <= max_control_socket_path, "control.socket",
+          "must be at most " + std::to_string(max_control_socket_path) +
+              " bytes long (the unix socket path limit, less 4 for the \".new\" it is bound under first); got " +
+              std::to_string(c.control.socket.size()));
     if (!c.control.group.empty())
         check({"control.group"}, group_valid(c.control.group), "control.group",
               "expected a group name or a numeric group id; got " + reaper::quote_for_message(c.control.group));

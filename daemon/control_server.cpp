@@ -212,30 +212,42 @@ struct ControlServer::Impl {
             }
         }
         remove_stale_socket(path, address);
+        // Bound under a temporary name and renamed once listening: a client that waits for
+        // the path to appear and then connects must never meet ECONNREFUSED (the file of a
+        // plain bind() exists a moment before listen(); a test client met exactly that).
+        const std::string binding = path + ".new";
+        const auto binding_address = unix_address(binding);
+        if (::unlink(binding.c_str()) != 0 && errno != ENOENT) fail(binding, "removing a stale one", errno);
         listener.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
         if (!listener) fail(path, "socket", errno);
         try {
-            if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-                fail(path, "bind", errno);
+            if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&binding_address), sizeof binding_address) !=
+                0) {
+                fail(binding, "bind", errno);
             }
             struct stat info {};
-            if (::stat(path.c_str(), &info) != 0) fail(path, "stat after bind", errno);
+            if (::stat(binding.c_str(), &info) != 0) fail(binding, "stat after bind", errno);
             bound_device = info.st_dev;
             bound_inode = info.st_ino;
-            // Before listen(): nobody can connect while the mode is still the umask's.
-            if (::chmod(path.c_str(), 0660) != 0) fail(path, "chmod 0660", errno);
+            if (::chmod(binding.c_str(), 0660) != 0) fail(binding, "chmod 0660", errno);
             if (!config.group.empty()) {
                 const gid_t gid = resolve_group(config.group);
-                if (::chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
-                    fail(path, "chgrp " + config.group, errno);
+                if (::chown(binding.c_str(), static_cast<uid_t>(-1), gid) != 0) {
+                    fail(binding, "chgrp " + config.group, errno);
                 }
             }
-            if (::listen(listener.get(), 512) != 0) fail(path, "listen", errno);
+            if (::listen(listener.get(), 512) != 0) fail(binding, "listen", errno);
+            if (::rename(binding.c_str(), path.c_str()) != 0) fail(path, "renaming " + binding + " to it", errno);
             wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
             if (!wake) fail(path, "eventfd", errno);
             answers_ready.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
             if (!answers_ready) fail(path, "eventfd", errno);
         } catch (...) {
+            struct stat info {};
+            if (bound_inode != 0 && ::stat(binding.c_str(), &info) == 0 && info.st_dev == bound_device &&
+                info.st_ino == bound_inode) {
+                ::unlink(binding.c_str());
+            }
             close_everything();
             throw;
         }

@@ -785,6 +785,17 @@ BOOST_AUTO_TEST_CASE(socket_file_mode_group_and_stale_handling) {
         BOOST_TEST(S_ISSOCK(info.st_mode));
         BOOST_TEST((info.st_mode & 07777) == 0660u);
         BOOST_TEST(info.st_gid == ::getgid());
+        // The path appears only once the socket listens (it is bound as ".new" and renamed):
+        // a connect the moment the file exists is never refused.
+        BOOST_TEST(!std::filesystem::exists(config.socket + ".new"));
+        {
+            const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+            sockaddr_un address{};
+            address.sun_family = AF_UNIX;
+            std::strcpy(address.sun_path, config.socket.c_str());
+            BOOST_TEST(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0, std::strerror(errno));
+            ::close(fd);
+        }
         server.start();
 
         // A second server must not steal a live socket.
@@ -830,6 +841,8 @@ BOOST_AUTO_TEST_CASE(socket_file_mode_group_and_stale_handling) {
     } catch (const std::runtime_error& e) {
         BOOST_TEST(std::string(e.what()).find("no such group \"no-such-group-reaperd-test\"") != std::string::npos, e.what());
     }
+    BOOST_TEST(!std::filesystem::exists(config.socket));
+    BOOST_TEST(!std::filesystem::exists(config.socket + ".new"));
 
     config.group.clear();
     config.socket = dir + "/" + std::string(120, 'x');
