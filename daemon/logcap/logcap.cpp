@@ -40,9 +40,9 @@ namespace {
 // on 2 cores the thread waited longer than that for a core, however niced: strace showed its
 // ppoll with a 7 ms timeout returning after 111 ms. Beside one CPU-bound job, a 70 MB/s
 // runaway's log reached 14-68 MB under a 10 MiB cap (median 29) at nice 0 and 11-25 MB
-// (median 13) at nice -10; under a 2 MiB cap its peak was 0.80-1.69x the cap at nice -10
-// and 0.66-0.67x in the real-time round-robin class at its lowest priority (0.67-0.71x
-// beside three such jobs). So the thread asks for that class first: it uses a few % of a
+// (median 13) at nice -10. Under a 2 MiB cap beside three such jobs (bench/logcap_bench, 3
+// alternated rounds each) its peak was 1.19-1.53x the cap at nice -10 and 0.60-0.61x in the
+// real-time round-robin class at its lowest priority. So the thread asks for that class first: it uses a few % of a
 // core (bench/logcap_bench) and sleeps in ppoll between checks, and the kernel's real-time
 // throttling bounds it even if it did not. SCHED_RESET_ON_FORK keeps the class from
 // anything it might start. Refused (no CAP_SYS_NICE nor RLIMIT_RTPRIO, a cgroup with no
@@ -61,13 +61,19 @@ CapperScheduling raise_capper_thread() {
     return CapperScheduling::process;
 }
 
-std::string_view to_string(CapperScheduling s) {
+// The start-up record's SCHEDULING field value and message for what the thread got.
+struct SchedulingRecord {
+    std::string_view field;
+    std::string_view message;
+};
+
+SchedulingRecord describe(CapperScheduling s) {
     switch (s) {
-        case CapperScheduling::realtime: return "realtime";
-        case CapperScheduling::nice: return "nice";
-        case CapperScheduling::process: return "process";
+        case CapperScheduling::realtime: return {"realtime", "log capper thread in the real-time class (SCHED_RR 1)"};
+        case CapperScheduling::nice: return {"nice", "log capper thread at nice -10 (the real-time class refused)"};
+        case CapperScheduling::process: break;
     }
-    return "process";
+    return {"process", "log capper thread at the process's nice (both raises refused)"};
 }
 
 std::string errno_text(int error) { return std::system_category().message(error); }
@@ -832,13 +838,9 @@ LogCapCounters LogCapper::counters() const {
 
 void LogCapper::run_watcher() {
     ::pthread_setname_np(::pthread_self(), "reaperd-logcap");
-    const auto scheduling = raise_capper_thread();
+    const auto scheduling = describe(raise_capper_thread());
     Loop& loop = *loop_;
-    loop.record(Priority::info, {},
-                scheduling == CapperScheduling::realtime ? "log capper thread in the real-time class (SCHED_RR 1)"
-                : scheduling == CapperScheduling::nice   ? "log capper thread at nice -10 (the real-time class refused)"
-                                                         : "log capper thread at the process's nice (both raises refused)",
-                {{"SCHEDULING", std::string(to_string(scheduling))}});
+    loop.record(Priority::info, {}, std::string(scheduling.message), {{"SCHEDULING", std::string(scheduling.field)}});
     auto next_backstop = options_.clock();
     std::uint64_t backstop_round = 0;
     auto last_round = Clock::time_point{};
