@@ -73,14 +73,7 @@ cleanup() {
   fi
   local p
   for p in $(pgrep -f -- "$dir/" || true); do kill -KILL "$p" 2>/dev/null; done
-  # Rootless Podman's "podman pause" process holds its user namespace and names no dir in its
-  # command line (14 were left after a day's runs): it is known by its environment, this
-  # run's XDG_RUNTIME_DIR, which no other process has.
-  for p in $(pgrep -u "$user" || true); do
-    if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qxF "XDG_RUNTIME_DIR=$runtime"; then
-      kill -KILL "$p" 2>/dev/null
-    fi
-  done
+  "$here/kill-pause.sh" "$user" "$runtime"
   # Nothing of this run may outlive it (conmons included).
   local left=""
   for _ in $(seq 1 20); do left=$(pgrep -a -f -- "$dir/" || true); [ -z "$left" ] && break; sleep 0.1; done
