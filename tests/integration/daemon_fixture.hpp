@@ -225,6 +225,10 @@ public:
         }
         return false;
     }
+    // Whether it has logged the end of `session` (the record a reap after a lease follows).
+    bool session_end_logged(const std::string& session) const {
+        return logged({"ACTION=end_session", "SESSION_ID=" + session + " "});
+    }
     std::size_t log_count(const std::string& needle) const {
         std::string text = log_text();
         std::size_t n = 0;

@@ -101,7 +101,7 @@ struct OwnFixture {
         BOOST_TEST(containers_of(session).size() == containers);
         BOOST_TEST(labelled("network", session) == networks, boost::test_tools::per_element());
         BOOST_TEST(labelled("volume", session) == volumes, boost::test_tools::per_element());
-        BOOST_TEST(eventually([&] { return daemon.logged({"ACTION=end_session", "SESSION_ID=" + session + " "}); },
+        BOOST_TEST(eventually([&] { return daemon.session_end_logged(session); },
                               30s),
                    daemon.log_text());
         const auto session_ended_ms = ms_since(ended);

@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(the_strix_seed_is_reaped_within_lease_grace_plus_1s_of_the_
     const auto sandbox = first_line(out);
     BOOST_REQUIRE_EQUAL(sandbox.size(), 64u);
 
-    BOOST_TEST(eventually([&] { return f.daemon.logged({"ACTION=end_session", "SESSION_ID=strix-ended "}); }, 30s),
+    BOOST_TEST(eventually([&] { return f.daemon.session_end_logged("strix-ended"); }, 30s),
                f.daemon.log_text());
     const auto session_ended = ms_since(ended);
     BOOST_TEST(eventually([&] { return !exists(sandbox); }, 30s), f.daemon.log_text());
@@ -151,7 +151,7 @@ BOOST_AUTO_TEST_CASE(kill_9_of_reaperctl_run_drops_the_lease_and_the_tools_conta
     run->signal(SIGKILL);
     BOOST_TEST(run->wait() == 128 + SIGKILL);
     const auto killed = Clock::now();
-    BOOST_TEST(eventually([&] { return f.daemon.logged({"ACTION=end_session", "SESSION_ID=killed-run "}); }, 30s),
+    BOOST_TEST(eventually([&] { return f.daemon.session_end_logged("killed-run"); }, 30s),
                f.daemon.log_text());
     const auto session_ended = ms_since(killed);
     BOOST_TEST(eventually([&] { return !exists(id); }, 30s), f.daemon.log_text());

@@ -56,9 +56,9 @@ public:
 // The client, in a process of its own: a lease, two more refused (the uid's limit is 1), an
 // end and an orphan report; then it writes its pid and uid where the test finds them.
 [[noreturn]] void run_client(const std::string& dir, const std::string& socket) {
-    // The server says when it listens: its socket's file appears at bind, a moment before
-    // (a connect in that gap was refused under ASan on CI's machine).
-    for (int i = 0; i < 1000 && !std::filesystem::exists(dir + "/listening"); ++i)
+    // The socket's path appears only once the server listens (it binds "<socket>.new" and
+    // renames it), so its existence is the signal.
+    for (int i = 0; i < 1000 && !std::filesystem::exists(socket); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds{10});
     int code = 0;
     try {
@@ -102,7 +102,6 @@ const bool emitter_ran = [] {
         limits.max_leases_per_uid = 1;
         reaperd::ControlServer server(config, handler, limits);
         server.start();
-        std::ofstream(dir + "/listening").put('\n');
         ::waitpid(child, &status, 0);
         server.stop();
     }
