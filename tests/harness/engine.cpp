@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <stdexcept>
 #include <thread>
@@ -175,6 +176,37 @@ int PrivateEngine::daemon_pid() const {
     std::ifstream in(dir_ + "/docker.pid");  // engine-guard's --pidfile
     int pid = -1;
     return in >> pid ? pid : -1;
+}
+
+namespace {
+void run_shell(const std::string& command) {
+    if (std::system(command.c_str()) != 0) throw std::runtime_error("failed: " + command);
+}
+}  // namespace
+
+RemovalPin::RemovalPin(const std::string& container_id) {
+    const std::string root = engine().data_root();
+    const std::string mount_id_file = root + "/image/vfs/layerdb/mounts/" + container_id + "/mount-id";
+    std::ifstream in(mount_id_file);
+    std::string mount_id;
+    if (!(in >> mount_id)) throw std::runtime_error("no vfs mount id for " + container_id + " in " + mount_id_file);
+    const std::string path = root + "/vfs/dir/" + mount_id + "/pinned";
+    run_shell("touch " + path + " && chattr +i " + path);
+    path_ = path;
+}
+
+RemovalPin::~RemovalPin() {
+    try {
+        release();
+    } catch (const std::exception& e) {
+        std::cerr << "RemovalPin: " << e.what() << std::endl;
+    }
+}
+
+void RemovalPin::release() {
+    if (path_.empty()) return;
+    run_shell("chattr -i " + path_);
+    path_.clear();
 }
 
 std::string PrivateEngine::command(const std::string& line) {

@@ -97,6 +97,25 @@ private:
 // The test process's engine, started on first use and stopped at exit.
 PrivateEngine& engine();
 
+// RECIPES section 7: an immutable file in a container's writable layer on engine() makes
+// every remove of it fail with a real 500 ("driver "vfs" failed to remove root filesystem"),
+// force or not, until release(). The destructor releases it whatever happened: the file
+// would also keep the guard from removing the engine's dir. Docker's vfs layout only.
+class RemovalPin {
+public:
+    // Throws, naming what failed, when the container's layer is not found or chattr refuses.
+    explicit RemovalPin(const std::string& container_id);
+    ~RemovalPin();
+    RemovalPin(const RemovalPin&) = delete;
+    RemovalPin& operator=(const RemovalPin&) = delete;
+
+    // Removes can succeed again. Throws when chattr refuses; a second call does nothing.
+    void release();
+
+private:
+    std::string path_;
+};
+
 // A Docker release as the Engine API shows it: its version and the API versions it accepts.
 struct EngineProfile {
     std::string name;             // for messages: "Docker 29.0"
@@ -120,9 +139,6 @@ public:
 
     const EngineProfile& profile() const { return profile_; }
     std::string socket_path() const { return dir_ + "/docker.sock"; }
-    // The dockerd's pid, from its pid file (for its CPU time in /proc); -1 for Podman, whose
-    // service writes none, or while the engine is down.
-    int daemon_pid() const;
     std::string address() const { return "unix://" + socket_path(); }
     ClientOptions client_options() const;
     // What the front wrote (its start line, anything it failed on).

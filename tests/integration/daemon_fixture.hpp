@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine.hpp"
+#include "eventually.hpp"
 
 #include <reaper/client.hpp>
 #include <reaper/control.hpp>
@@ -38,20 +39,19 @@ namespace reaperd::itest {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-// Polls `condition` every 50 ms until it holds or `limit` passes (generous: the machine is
-// a loaded 2-core box). A condition that throws counts as not holding yet.
-inline bool eventually(const std::function<bool()>& condition,
-                       std::chrono::milliseconds limit = 60s) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        try {
-            if (condition()) return true;
-        } catch (const std::exception&) {
-            // The engine or the daemon is restarting: not yet.
-        }
-        if (std::chrono::steady_clock::now() > deadline) return false;
-        std::this_thread::sleep_for(50ms);
-    }
+// reaper::test::eventually for what the engine or reaperd does: polled every 50 ms, each poll
+// being a request or a read of their files, up to a generous minute (the machine is a loaded
+// 2-core box). A condition that throws (the engine or reaperd restarting) does not hold yet.
+inline bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit = 60s) {
+    return reaper::test::eventually(
+        [&] {
+            try {
+                return condition();
+            } catch (const std::exception&) {
+                return false;
+            }
+        },
+        limit, 50ms);
 }
 
 inline std::size_t fd_count(pid_t pid) {

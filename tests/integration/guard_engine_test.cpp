@@ -40,7 +40,7 @@ bool running(const std::string& id) {
     }
 }
 
-// Removes what the test made, whatever happened (after any Pin: declare it first).
+// Removes what the test made, whatever happened (after any RemovalPin: declare it first).
 struct Cleanup {
     std::vector<std::string> ids;
     ~Cleanup() {
@@ -52,37 +52,6 @@ struct Cleanup {
             }
         }
     }
-};
-
-void run_shell(const std::string& command) {
-    BOOST_REQUIRE_MESSAGE(std::system(command.c_str()) == 0, command);
-}
-
-// RECIPES section 7: an immutable file in the container's writable layer makes the engine's
-// remove fail with 500 ("driver "vfs" failed to remove root filesystem"), even with force.
-// Undone by release() or, whatever happens, by the destructor: an immutable file would also
-// keep the harness from removing the engine's dir.
-class Pin {
-public:
-    explicit Pin(const std::string& id) {
-        const std::string root = reaper::test::engine().dir() + "/data";
-        std::ifstream mount_id(root + "/image/vfs/layerdb/mounts/" + id + "/mount-id");
-        std::string mid;
-        mount_id >> mid;
-        BOOST_REQUIRE_MESSAGE(!mid.empty(), "no vfs mount id for " << id);
-        path_ = root + "/vfs/dir/" + mid + "/pinned";
-        run_shell("touch " + path_ + " && chattr +i " + path_);
-    }
-    ~Pin() { release(); }
-    void release() {
-        if (path_.empty()) return;
-        std::string command = "chattr -i " + path_;
-        if (std::system(command.c_str()) != 0) BOOST_ERROR(command << " failed");
-        path_.clear();
-    }
-
-private:
-    std::string path_;
 };
 
 struct Ran {
@@ -174,7 +143,7 @@ BOOST_AUTO_TEST_CASE(an_orphan_reported_by_name_is_retried_by_its_full_id_never_
     const std::string name = reaper::test::unique_name("web");
     const std::string old_id = create(name, session_label("reuse-A"));
     cleanup.ids.push_back(old_id);
-    Pin pin(old_id);
+    reaper::test::RemovalPin pin(old_id);
 
     Ran report = reaperctl(d, "orphan " + name + " --session reuse-A");
     BOOST_TEST(report.status == 0, report.output);

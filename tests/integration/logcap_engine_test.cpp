@@ -23,6 +23,7 @@ using namespace reaperd;
 using namespace std::chrono_literals;
 using reaper::test::engine;
 using reaper::test::unique_name;
+using reaperd::itest::eventually;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -156,16 +157,6 @@ std::uint64_t log_bytes(const ContainerLog& c) {
         if (is_rotation(entry.path().filename().string(), live.filename().string()))
             total += allocated_of(entry.path());
     return total;
-}
-
-template <typename F>
-bool eventually(F condition, std::chrono::milliseconds limit = 30s) {
-    auto deadline = Clock::now() + limit;
-    while (Clock::now() < deadline) {
-        if (condition()) return true;
-        std::this_thread::sleep_for(20ms);
-    }
-    return condition();
 }
 
 // Samples the log's size at 100 Hz for `duration`; returns the largest seen.

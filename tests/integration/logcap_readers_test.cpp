@@ -182,6 +182,20 @@ std::uint64_t readable_newest_bytes(const std::string& path, std::vector<std::ui
     return bytes;
 }
 
+// The number of the newest complete line in a json-file log (0: none yet).
+std::uint64_t newest_number(const std::string& path) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    const std::streamoff size = in.tellg();
+    if (size <= 0) return 0;
+    const std::streamoff from = std::max<std::streamoff>(0, size - 64 * 1024);
+    std::string text(static_cast<std::size_t>(size - from), '\0');
+    in.seekg(from);
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    std::uint64_t bytes = 0;
+    const auto numbers = numbers_in_log("\n" + text.substr(text.rfind('\n', text.size() - 2) + 1), bytes);
+    return numbers.empty() ? 0 : numbers.back();
+}
+
 struct Cpu {
     std::uint64_t cut_ticks = 0;
     std::uint64_t uncut_ticks = 0;
@@ -225,6 +239,25 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
         client.start(id);
         return id;
     };
+    if (lagging_follower_may_end && driver == "json-file") {
+        // How fast the engine's own follower reads behind this writer, on a log never cut
+        // (exempt): what no cut can make up for (README, Log-size caps). Measured and told.
+        const std::string free_writer = make(writer, {{"reaperd.log-max-size", "0"}});
+        const std::string free_log = client.inspect(free_writer).log_path;
+        Follower free_follower(free_writer, daemon.dir + "/free-follower.out");
+        BOOST_TEST_REQUIRE(eventually([&] { return free_follower.last_number() > 0; }, 30s));
+        const auto read_from = free_follower.last_number();
+        const auto written_from = newest_number(free_log);
+        std::this_thread::sleep_for(1s);
+        const auto read = free_follower.last_number() - read_from;
+        const auto written = newest_number(free_log) - written_from;
+        BOOST_TEST_MESSAGE(what << " on a log never cut: the engine's follower read " << read
+                                << " lines in 1 s while the writer wrote " << written << " ("
+                                << (written ? 100 * read / written : 0) << "%), then lagged by "
+                                << newest_number(free_log) - free_follower.last_number() << " lines");
+        client.remove(free_writer, {true, true});
+    }
+
     // The same lines, about a cap's worth, in a log never cut (exempt): the reference for
     // dockerd's CPU during a --tail.
     const std::string uncut = make("seq 1 33000; exec sleep 600", {{"reaperd.log-max-size", "0"}});
@@ -267,7 +300,9 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
                                 lagged_into_hole);
     BOOST_TEST_MESSAGE(what << ": follower " << (advancing && follower.running() ? "goes on" : "ended") << " at line "
                             << follower.last_number() << (ended_at_hole ? ", at the hole (it lagged)" : "")
-                            << (kept_now.empty() ? "" : "; oldest line on disk " + std::to_string(kept_now.front())));
+                            << (kept_now.empty() ? ""
+                                                 : "; lines on disk " + std::to_string(kept_now.front()) + "-" +
+                                                       std::to_string(kept_now.back())));
     if (!(lagging_follower_may_end && ended_at_hole)) {
         BOOST_TEST(advancing, what << ": the follower stalled at line " << followed);
         BOOST_TEST(follower.running(), what << ": the follower ended: " << follower.last_text());

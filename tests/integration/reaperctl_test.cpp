@@ -433,34 +433,6 @@ namespace {
 namespace itest = reaperd::itest;
 using Clock = std::chrono::steady_clock;
 
-// RECIPES section 7, as guard_engine_test does it: an immutable file in the container's
-// writable layer makes every remove fail with 500, force or not, until release(). The
-// destructor releases it whatever happens (it would keep the harness from removing the
-// engine's dir).
-class Pin {
-public:
-    explicit Pin(const std::string& id) {
-        const std::string root = reaper::test::engine().dir() + "/data";
-        std::ifstream mount_id(root + "/image/vfs/layerdb/mounts/" + id + "/mount-id");
-        std::string mid;
-        mount_id >> mid;
-        BOOST_REQUIRE_MESSAGE(!mid.empty(), "no vfs mount id for " << id);
-        path_ = root + "/vfs/dir/" + mid + "/pinned";
-        const auto command = "touch " + path_ + " && chattr +i " + path_;
-        BOOST_REQUIRE_MESSAGE(std::system(command.c_str()) == 0, command);
-    }
-    ~Pin() { release(); }
-    void release() {
-        if (path_.empty()) return;
-        const auto command = "chattr -i " + path_;
-        if (std::system(command.c_str()) != 0) BOOST_ERROR(command << " failed");
-        path_.clear();
-    }
-
-private:
-    std::string path_;
-};
-
 std::vector<Poco::JSON::Object::Ptr> json_lines(const std::string& text) {
     std::vector<Poco::JSON::Object::Ptr> objects;
     std::istringstream in(text);
@@ -513,7 +485,7 @@ BOOST_AUTO_TEST_CASE(end_wait_times_out_with_75_while_a_container_cannot_be_remo
     const auto dir = make_temp_dir();
     const auto id = itest::run_container(itest::session_label("stuck-1"));
     BOOST_REQUIRE(itest::eventually([&] { return d.containers_of("stuck-1") == 1; }));
-    Pin pin(id);
+    reaper::test::RemovalPin pin(id);
 
     const auto start = Clock::now();
     Reaperctl end(dir, {"--socket", d.socket, "end", "stuck-1", "--wait", "--timeout", "1500ms"});

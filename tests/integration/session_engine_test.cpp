@@ -196,16 +196,6 @@ struct RecordingHandler final : reaperd::ControlHandler {
     }
 };
 
-template <class Pred>
-bool eventually(Pred pred) {
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
-}
-
 }  // namespace
 
 // With the daemon's real control server: the lease is held while the session lives, and a
@@ -225,13 +215,13 @@ BOOST_FIXTURE_TEST_CASE(lease_held_and_orphan_reported_to_control_server, Fixtur
     session.create(sleeper());
     auto id = session.container_id();
     BOOST_TEST(session.holds_lease());
-    BOOST_TEST(eventually([&] { return handler.leases(session.id()) == 1; }));
+    BOOST_TEST(reaper::test::eventually([&] { return handler.leases(session.id()) == 1; }, 10s));
 
     record->fail_removes = true;
     auto result = session.close();
     BOOST_TEST(to_string(result.container) == "orphaned");
     BOOST_TEST(result.orphan_reported);
-    BOOST_TEST(eventually([&] { return handler.leases(session.id()) == 0; }));
+    BOOST_TEST(reaper::test::eventually([&] { return handler.leases(session.id()) == 0; }, 10s));
     {
         std::lock_guard lock(handler.mutex);
         BOOST_REQUIRE(handler.orphans.size() == 1u);
