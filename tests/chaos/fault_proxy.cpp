@@ -21,25 +21,20 @@
 // rewritten each second). Draws come from one generator seeded by --seed, so a run's fault
 // pattern follows from its seed and its request order.
 #include "http_forward.hpp"
+#include "relay_frame.hpp"
 
 #include <Poco/JSON/Object.h>
 #include <Poco/Net/HTTPRequestHandler.h>
 #include <Poco/Net/HTTPRequestHandlerFactory.h>
 #include <Poco/Net/HTTPResponse.h>
-#include <Poco/Net/HTTPServer.h>
-#include <Poco/Net/HTTPServerParams.h>
 #include <Poco/Net/HTTPServerRequest.h>
 #include <Poco/Net/HTTPServerRequestImpl.h>
 #include <Poco/Net/HTTPServerResponse.h>
-#include <Poco/Net/ServerSocket.h>
-#include <Poco/Net/SocketAddress.h>
 #include <Poco/Net/StreamSocket.h>
 #include <Poco/StreamCopier.h>
-#include <Poco/ThreadPool.h>
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -54,7 +49,6 @@
 #include <thread>
 
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -64,6 +58,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using Poco::Net::HTTPResponse;
 namespace http_forward = reaper::test::http_forward;
+namespace relay = reaper::test::relay;
 
 std::atomic<bool> stopping{false};
 
@@ -376,39 +371,16 @@ int usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::map<std::string, std::string> args;
-    for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
-    for (const char* key : {"--listen", "--upstream", "--mode-file", "--stats", "--seed"})
-        if (!args.count(key)) return usage();
-
-    // Written to a client that left: an error to handle, not a signal that kills us.
-    std::signal(SIGPIPE, SIG_IGN);
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-    // Ends with the script, even one killed by SIGKILL (its trap cannot run then).
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    const auto flags =
+        relay::parse_flags(argc, argv, {"--listen", "--upstream", "--mode-file", "--stats", "--seed"});
+    if (!flags) return usage();
+    auto args = *flags;
+    const sigset_t stop = relay::block_stop_signals();
 
     Shared shared{args["--upstream"], Mode(args["--mode-file"]),
                   Dice(static_cast<unsigned>(std::stoul(args["--seed"]))), Stats{}};
-    fs::remove(args["--listen"]);
-    Poco::Net::ServerSocket listener;
-    listener.bind(Poco::Net::SocketAddress(args["--listen"]));
-    listener.listen(64);
+    relay::UnixHttpServer server(args["--listen"], new Factory(shared));
     ::chmod(args["--listen"].c_str(), 0660);
-
-    auto params = Poco::AutoPtr<Poco::Net::HTTPServerParams>(new Poco::Net::HTTPServerParams);
-    params->setKeepAlive(true);
-    params->setMaxKeepAliveRequests(0);
-    params->setKeepAliveTimeout(Poco::Timespan(300, 0));
-    params->setTimeout(Poco::Timespan(300, 0));
-    params->setMaxQueued(256);
-    params->setMaxThreads(128);
-    Poco::ThreadPool pool(2, 128);
-    Poco::Net::HTTPServer server(new Factory(shared), pool, listener, params);
-    server.start();
     std::cerr << timestamp() << " fault_proxy listening on " << args["--listen"] << " -> "
               << args["--upstream"] << ", seed " << args["--seed"] << std::endl;
 
@@ -418,15 +390,11 @@ int main(int argc, char** argv) {
             std::this_thread::sleep_for(1s);
         }
     });
-    int signal_number = 0;
-    sigwait(&stop_signals, &signal_number);
+    const int signal_number = relay::wait_for_stop(stop);
     stopping = true;
     stats_writer.join();
     shared.stats.write(args["--stats"]);
     std::cerr << timestamp() << " fault_proxy stopping (signal " << signal_number << ")"
               << std::endl;
-    fs::remove(args["--listen"]);
-    // Handlers may sit in relayed streams; the process ends here rather than wait for them.
-    std::fflush(nullptr);
-    std::_Exit(0);
+    relay::end_now(args["--listen"]);
 }

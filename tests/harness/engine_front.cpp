@@ -18,19 +18,15 @@
 // returns); client connections are kept alive. Hijacked connections (attach, exec start with
 // a TTY) are not supported. Ends on SIGTERM or SIGINT, and when its parent dies.
 #include "http_forward.hpp"
+#include "relay_frame.hpp"
 
 #include <Poco/JSON/Array.h>
 #include <Poco/JSON/Object.h>
 #include <Poco/JSON/Parser.h>
 #include <Poco/Net/HTTPRequestHandler.h>
 #include <Poco/Net/HTTPRequestHandlerFactory.h>
-#include <Poco/Net/HTTPServer.h>
-#include <Poco/Net/HTTPServerParams.h>
 #include <Poco/Net/HTTPServerRequestImpl.h>
-#include <Poco/Net/ServerSocket.h>
-#include <Poco/ThreadPool.h>
 
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -41,11 +37,11 @@
 #include <sstream>
 #include <string>
 
-#include <sys/prctl.h>
 
 namespace {
 
 namespace http_forward = reaper::test::http_forward;
+namespace relay = reaper::test::relay;
 using Poco::Net::HTTPResponse;
 
 struct Profile {
@@ -243,49 +239,18 @@ int usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::map<std::string, std::string> args;
-    for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
-    for (const char* key : {"--listen", "--upstream", "--min-api", "--max-api", "--engine-version"})
-        if (!args.count(key)) return usage();
-
-    // Written to a client that left: an error to handle, not a signal that kills us.
-    std::signal(SIGPIPE, SIG_IGN);
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-    // Ends with the test process, even one killed by SIGKILL (its destructors cannot run).
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    const auto flags = relay::parse_flags(argc, argv,
+                                          {"--listen", "--upstream", "--min-api", "--max-api", "--engine-version"});
+    if (!flags) return usage();
+    auto args = *flags;
+    const sigset_t stop = relay::block_stop_signals();
 
     const std::string listen = args["--listen"];
-    std::filesystem::remove(listen);
-    Poco::Net::ServerSocket listener;
-    listener.bind(Poco::Net::SocketAddress(listen));
-    listener.listen(64);
-
-    auto params = Poco::AutoPtr<Poco::Net::HTTPServerParams>(new Poco::Net::HTTPServerParams);
-    params->setKeepAlive(true);
-    params->setMaxKeepAliveRequests(0);
-    // The engine's own server keeps idle connections without a limit; reaperd's client
-    // keeps a few idle ones for reuse between its resyncs.
-    params->setKeepAliveTimeout(Poco::Timespan(300, 0));
-    params->setTimeout(Poco::Timespan(300, 0));
-    params->setMaxQueued(256);
-    params->setMaxThreads(128);
-    Poco::ThreadPool pool(2, 128);
-    Poco::Net::HTTPServer server(
-        new Factory(args["--upstream"],
-                    Profile{args["--min-api"], args["--max-api"], args["--engine-version"]}),
-        pool, listener, params);
-    server.start();
+    relay::UnixHttpServer server(
+        listen, new Factory(args["--upstream"], Profile{args["--min-api"], args["--max-api"], args["--engine-version"]}));
     std::cout << "listening on " << listen << " as Docker " << args["--engine-version"]
               << " (API " << args["--min-api"] << "-" << args["--max-api"] << ")" << std::endl;
 
-    int signal_number = 0;
-    sigwait(&stop_signals, &signal_number);
-    std::filesystem::remove(listen);
-    // Handlers may sit in relayed streams; the process ends here rather than wait for them.
-    std::fflush(nullptr);
-    std::_Exit(0);
+    relay::wait_for_stop(stop);
+    relay::end_now(listen);
 }
