@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include <linux/falloc.h>
@@ -132,6 +134,57 @@ BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_fol
     BOOST_TEST(followed.back() > out.back());
     for (std::size_t i = 1; i < followed.size(); ++i) BOOST_TEST(followed[i] == next_on_stream(followed[i - 1]));
 
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+}
+
+// A `--tail` that asks for more lines than a cut kept. Docker's reader (pkg/tailfile) looks for
+// line ends backwards from the end, 1 KiB at a time, through the whole hole, then prints
+// nothing of the log: measured and told here with a 1 GiB hole (README, Log-size caps: about
+// 3 s of a core per GiB on every Docker). reaperctl reads only the file's data: every line
+// kept, whatever the hole, here one of 1 TiB (which a reader of the hole would take minutes on).
+BOOST_AUTO_TEST_CASE(logs_tail_past_what_a_cut_kept_prints_all_of_it_without_reading_the_hole) {
+    char pattern[] = "/tmp/reaperctl-logs.XXXXXX";
+    const std::string dir = ::mkdtemp(pattern);
+    reaper::ContainerSpec spec;
+    spec.name = reaper::test::unique_name("logs-kept");
+    spec.image = reaper::test::PrivateEngine::image;
+    spec.cmd = {"sh", "-c", "i=1; while [ $i -le 2000 ]; do echo line $i; i=$((i+1)); done"};
+    spec.network_mode = "none";
+    const auto id = engine_client().create(spec);
+    engine_client().start(id);
+    BOOST_TEST_REQUIRE(engine_client().wait(id, 30s) == 0);
+    const auto path = engine_client().inspect(id).log_path;
+    std::ifstream in(path, std::ios::binary);
+    const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    BOOST_TEST_REQUIRE(std::count(kept.begin(), kept.end(), '\n') == 2000);
+    // The stopped container's log as a punched cut leaves it: a hole, then what was kept.
+    auto lay_out = [&](std::uint64_t hole_bytes) {
+        const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+        BOOST_TEST_REQUIRE(fd >= 0);
+        const auto wrote = ::pwrite(fd, kept.data(), kept.size(), static_cast<off_t>(hole_bytes));
+        ::close(fd);
+        BOOST_TEST_REQUIRE(wrote == static_cast<ssize_t>(kept.size()));
+    };
+
+    lay_out(std::uint64_t{1} << 30);
+    const auto asked = std::chrono::steady_clock::now();
+    const auto docker_lines = shell_output("timeout 60 " + reaper::test::test_engine().docker_cli() + " --host " +
+                                           reaper::test::engine().address() + " logs --tail 5000 " + id +
+                                           " 2>/dev/null | wc -l");
+    BOOST_TEST_MESSAGE("docker logs --tail 5000 past the 2,000 lines kept after a 1 GiB hole: "
+                       << std::strtoul(docker_lines.c_str(), nullptr, 10) << " lines in "
+                       << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked)
+                              .count()
+                       << " ms");
+
+    lay_out(std::uint64_t{1} << 40);
+    Child tail(dir, logs_argv(id, {"--tail", "5000"}));
+    BOOST_TEST(tail.wait(30s) == 0, tail.stderr_text());
+    const auto lines = numbers(tail.stdout_text());
+    BOOST_TEST(lines.size() == 2000u);
+    for (std::size_t i = 0; i < lines.size(); ++i) BOOST_TEST(lines[i] == static_cast<int>(i) + 1);
+    engine_client().remove(id, {true, true});
     std::error_code ec;
     fs::remove_all(dir, ec);
 }
