@@ -50,11 +50,13 @@ void CutCoalescer::flush(const LogSink& sink, const RecordSubject& subject, std:
     } else if (*last_.method == CutMethod::punch_hole) {
         how = "; punched out the oldest part, keeping the newest " + format_size(last_.kept_bytes);
         // Docker 23+'s plain read stops at the hole (moby issue 53631); its tail and follow
-        // readers start from the end, and the offsets they hold are still valid.
+        // readers start from the end, and the offsets they hold are still valid. A tail of more
+        // lines than were kept reads the whole hole first (~3 s of a core per GiB), then shows
+        // nothing.
         if (!std::exchange(told_how_to_read_, true))
             how += " (read all that was kept with `reaperctl logs " + std::string(subject.id.substr(0, 12)) +
-                   "`, or with `docker logs --tail N` or `-f`: a plain `docker logs` on Docker 23+ stops at "
-                   "the hole and shows nothing)";
+                   "`, or with `docker logs --tail N` for fewer lines than were kept, or `-f`: a plain "
+                   "`docker logs` on Docker 23+ stops at the hole and shows nothing)";
     } else {
         how = "; truncated it to 0";
     }
