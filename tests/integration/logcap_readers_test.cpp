@@ -13,8 +13,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -70,11 +72,29 @@ Output run(const std::string& command) {
     return out;
 }
 
-// A `docker logs -f` started by the test, its output in a file; stopped by its pid.
+// Numbered lines as a reader printed them: how many, and how many do not follow the one
+// before (a line skipped or replayed).
+struct LineOrder {
+    std::size_t lines = 0;
+    std::size_t breaks = 0;
+};
+LineOrder order_of(std::istream& in) {
+    LineOrder order;
+    std::uint64_t previous = 0;
+    for (std::string line; std::getline(in, line); ++order.lines) {
+        const std::uint64_t number = std::strtoull(line.c_str(), nullptr, 10);
+        if (previous != 0 && number != previous + 1) ++order.breaks;
+        previous = number;
+    }
+    return order;
+}
+
+// A follower (`logs -f --tail 1`, `cli` the command with those arguments) started by the
+// test, its output in a file; stopped by its pid.
 class Follower {
 public:
-    Follower(const std::string& id, const std::string& path) : path_(path) {
-        std::string command = "exec " + docker("logs -f --tail 1 " + id) + " >" + path + " 2>&1";
+    Follower(const std::string& cli, const std::string& path) : path_(path) {
+        std::string command = "exec " + cli + " >" + path + " 2>&1";
         std::vector<char*> argv{const_cast<char*>("/bin/sh"), const_cast<char*>("-c"), command.data(), nullptr};
         BOOST_REQUIRE(::posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, argv.data(), environ) == 0);
     }
@@ -104,6 +124,12 @@ public:
         } catch (const std::exception&) {
             return 0;
         }
+    }
+
+    // How many of its lines do not follow the one before (a skip or a replay): 0 = in order.
+    std::size_t out_of_order() const {
+        std::ifstream in(path_);
+        return order_of(in).breaks;
     }
 
 private:
@@ -245,7 +271,7 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
         // (exempt): what no cut can make up for (README, Log-size caps). Measured and told.
         const std::string free_writer = make(writer, {{"reaperd.log-max-size", "0"}});
         const std::string free_log = client.inspect(free_writer).log_path;
-        Follower free_follower(free_writer, daemon.dir + "/free-follower.out");
+        Follower free_follower(docker("logs -f --tail 1 " + free_writer), daemon.dir + "/free-follower.out");
         BOOST_TEST_REQUIRE(eventually([&] { return free_follower.last_number() > 0; }, 30s));
         const auto read_from = free_follower.last_number();
         const auto written_from = newest_number(free_log);
@@ -267,7 +293,7 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
                                 ? engine().data_root() + "/containers/" + id + "/local-logs/container.log"
                                 : client.inspect(id).log_path;
     BOOST_TEST_REQUIRE(!log.empty());
-    Follower follower(id, daemon.dir + "/follower.out");
+    Follower follower(docker("logs -f --tail 1 " + id), daemon.dir + "/follower.out");
 
     auto cuts = [&] {
         auto actions = daemon.status()->getObject("counters")->getObject("actions");
@@ -400,6 +426,173 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     lease->release();
 }
 
+// Issue 21, point 4: what each reader does after each method of cut, side by side on this
+// engine. No reaperd: the test cuts a slow writer's log itself with reaperd's own cut
+// (LogFile::cut), by punching (what reaperd does) or by truncating (what it did before, and
+// its fallback), each time the log holds 1.5 MiB on disk, keeping 1 MiB, 3 times; then each
+// reader of the engine is asked what it gives. Under Podman the readers are the docker CLI on
+// its Docker API and `podman logs` itself.
+
+// The podman CLI on the test's Podman: rootful, as its own process on the service's storage
+// (what `podman logs` is on a host: it reads the file itself); rootless, through the
+// service's socket (`--remote`), the storage being the plain user's.
+std::string podman_cli(const std::string& args) {
+    const std::string& dir = engine().dir();
+    const char* rootless = std::getenv("REAPER_PODMAN_ROOTLESS");
+    if (rootless && *rootless) return "podman --remote --url " + engine().address() + " " + args;
+    return "env CONTAINERS_CONF=" + dir + "/containers.conf podman --root " + dir + "/root --runroot " + dir +
+           "/run --tmpdir " + dir + "/tmp --storage-driver vfs " + args;
+}
+
+struct Reader {
+    std::string name;
+    std::string (*cli)(const std::string& args);
+};
+
+std::vector<Reader> engine_readers() {
+    std::vector<Reader> readers{{"docker logs", docker}};
+    if (engine().kind() == reaper::test::EngineKind::podman) readers.push_back({"podman logs", podman_cli});
+    return readers;
+}
+
+// What one reader gave after the cuts, and how it is told.
+struct AfterCuts {
+    bool follower_goes_on = false;
+    bool follower_in_order = false;  // no line skipped or replayed
+    bool tail_whole = false;  // 200 consecutive lines, the newest, within 1 s
+    std::string told;
+};
+
+// Cuts the log at `path` by `method` each time it holds 1.5 MiB on disk, keeping 1 MiB, until
+// it has been cut `cuts` times (each must cut the live file). Fails after 60 s.
+void cut_repeatedly(const std::string& path, reaperd::logcap::CutMethod method, int cuts) {
+    namespace lc = reaperd::logcap;
+    const reaperd::LogFiles files{fs::path(path).parent_path().string(), fs::path(path).filename().string()};
+    lc::LogFile file;
+    bool identity_changed = false;
+    BOOST_REQUIRE_EQUAL(file.open_if_closed(files, identity_changed), 0);
+    const auto deadline = Clock::now() + 60s;
+    for (int done = 0; done < cuts;) {
+        BOOST_REQUIRE_MESSAGE(Clock::now() < deadline, "the log did not reach 1.5 MiB again after " << done << " cuts");
+        file.measure_live();
+        if (file.live_bytes() < 3 * MiB / 2) {
+            std::this_thread::sleep_for(20ms);
+            continue;
+        }
+        const auto outcome = file.cut(files, {method, MiB, false}, lc::system_cut_calls());
+        BOOST_REQUIRE_MESSAGE(outcome.error == 0 && outcome.live_method == method,
+                              "cut " << done + 1 << " by " << lc::to_string(method) << ": errno " << outcome.error);
+        ++done;
+    }
+}
+
+// A slow writer's container on `driver`, its log cut as above by `method`, and what each
+// reader gives after: the follower started before the first cut, `logs --tail 200`, and a
+// plain `logs`, with dockerd's CPU during the --tail.
+std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap::CutMethod method,
+                                     const std::string& out_dir) {
+    const bool podman = engine().kind() == reaper::test::EngineKind::podman;
+    reaper::Client client{engine().client_options()};
+    reaper::ContainerSpec spec;
+    spec.name = unique_name("methods");
+    spec.image = reaper::test::PrivateEngine::image;
+    spec.cmd = {"sh", "-c", slow};
+    spec.labels["reaper.test"] = "logcap-methods";
+    if (!podman) spec.log_config.type = driver;
+    const std::string id = client.create(spec);
+    struct Remove {
+        reaper::Client& client;
+        const std::string& id;
+        ~Remove() {
+            try {
+                client.remove(id, {true, true});
+            } catch (const std::exception&) {
+            }
+        }
+    } remove{client, id};
+    client.start(id);
+    const std::string log = driver == "local"
+                                ? engine().data_root() + "/containers/" + id + "/local-logs/container.log"
+                                : client.inspect(id).log_path;
+    BOOST_TEST_REQUIRE(!log.empty());
+
+    const auto readers = engine_readers();
+    std::vector<std::unique_ptr<Follower>> followers;
+    for (std::size_t i = 0; i < readers.size(); ++i)
+        followers.push_back(std::make_unique<Follower>(readers[i].cli("logs -f --tail 1 " + id),
+                                                       out_dir + "/follower" + std::to_string(i) + ".out"));
+    for (const auto& follower : followers)
+        BOOST_TEST_REQUIRE(eventually([&] { return follower->last_number() > 0; }, 30s), follower->last_text());
+    BOOST_TEST_REQUIRE(fs::exists(log), log);
+    cut_repeatedly(log, method, 3);
+
+    std::vector<AfterCuts> seen(readers.size());
+    for (std::size_t i = 0; i < readers.size(); ++i) {
+        const auto& follower = *followers[i];
+        const auto followed = follower.last_number();
+        seen[i].follower_goes_on = eventually([&] { return follower.last_number() > followed; }, 5s) &&
+                                   follower.running();
+        const auto breaks = follower.out_of_order();
+        seen[i].follower_in_order = breaks == 0;
+        seen[i].told = "follower " + (seen[i].follower_goes_on ? std::string("goes on")
+                                      : follower.running() ? "stalled at line " + std::to_string(follower.last_number())
+                                                           : "ended at line " + std::to_string(follower.last_number()) +
+                                                                 ": " + follower.last_text().substr(0, 120)) +
+                       (breaks ? ", " + std::to_string(breaks) + " breaks in its order (lines skipped or replayed)"
+                               : ", its lines in order");
+    }
+    for (std::size_t i = 0; i < readers.size(); ++i) {
+        const std::uint64_t newest_before = driver == "local" ? 0 : newest_number(log);
+        const int dockerd = podman ? -1 : engine().daemon_pid();
+        const auto ticks_before = dockerd > 0 ? cpu_ticks(dockerd) : 0;
+        const auto tail = run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1");
+        const auto ticks = dockerd > 0 ? cpu_ticks(dockerd) - ticks_before : 0;
+        std::vector<std::uint64_t> lines;
+        std::istringstream text(tail.text);
+        for (std::string line; std::getline(text, line);) lines.push_back(std::strtoull(line.c_str(), nullptr, 10));
+        seen[i].tail_whole = tail.took < 1000ms && lines.size() == 200u && consecutive(lines) &&
+                             lines.back() >= newest_before;
+        const auto plain = run("timeout 6 " + readers[i].cli("logs " + id) + " 2>/dev/null");
+        std::istringstream plain_text(plain.text);
+        const auto plain_order = order_of(plain_text);
+        seen[i].told += "; --tail 200: " + std::to_string(lines.size()) + " lines" +
+                        (lines.size() == 200u && consecutive(lines) ? ", consecutive" : "") + ", in " +
+                        std::to_string(tail.took.count()) + " ms" +
+                        (dockerd > 0 ? ", dockerd " + std::to_string(ticks) + " ticks" : "") + "; plain: " +
+                        std::to_string(plain_order.lines) + " lines (" + std::to_string(plain_order.breaks) +
+                        " breaks in their order) in " + std::to_string(plain.took.count()) + " ms";
+    }
+    return seen;
+}
+
+// Each method, each reader, told as a row; held: after punched cuts every reader's follower
+// goes on with its lines in order and its --tail gives the newest lines, and no reader's
+// follower or --tail does better after truncating (what makes punching the least harmful here). A plain read is told
+// only: after a truncate Docker 23+ reads what was written since, after a punch nothing
+// (README, Log-size caps), and reaperctl logs reads what a punch kept.
+void compare_methods(const std::string& driver) {
+    using reaperd::logcap::CutMethod;
+    const fs::path out_dir = fs::temp_directory_path() / unique_name("logcap-methods");
+    fs::create_directories(out_dir);
+    const auto punched = readers_after(driver, CutMethod::punch_hole, out_dir.string());
+    const auto truncated = readers_after(driver, CutMethod::truncate, out_dir.string());
+    fs::remove_all(out_dir);
+    const auto readers = engine_readers();
+    for (std::size_t i = 0; i < readers.size(); ++i) {
+        const std::string row = engine().version() + ", " + (engine().kind() == reaper::test::EngineKind::podman
+                                                                  ? std::string("k8s-file")
+                                                                  : driver) +
+                                ", " + readers[i].name;
+        BOOST_TEST_MESSAGE(row << ", after punched cuts: " << punched[i].told);
+        BOOST_TEST_MESSAGE(row << ", after truncated cuts: " << truncated[i].told);
+        BOOST_TEST(punched[i].follower_goes_on, row << ": " << punched[i].told);
+        BOOST_TEST(punched[i].follower_in_order, row << ": " << punched[i].told);
+        BOOST_TEST(punched[i].tail_whole, row << ": " << punched[i].told);
+        BOOST_TEST((punched[i].follower_goes_on || !truncated[i].follower_goes_on), row);
+        BOOST_TEST((punched[i].tail_whole || !truncated[i].tail_whole), row);
+    }
+}
+
 // The runaway and the local driver are Docker's: under REAPER_TEST_ENGINE=podman those cases
 // say so and do not run (Podman: the slow writer's case, in tests/build's podman selection).
 boost::test_tools::assertion_result docker_engine(boost::unit_test::test_unit_id) {
@@ -422,4 +615,14 @@ BOOST_AUTO_TEST_CASE(a_slow_line_writer_under_a_2mib_cap_keeps_its_follower_tail
 // Issue 21, point 4: the local driver (binary frames) after punched cuts, measured.
 BOOST_AUTO_TEST_CASE(a_slow_line_writer_with_the_local_driver_keeps_its_follower_and_tail, *boost::unit_test::precondition(docker_engine)) {
     check_readers(slow, "slow writer, local driver", false, "local");
+}
+
+// Issue 21, point 4: each method against each reader, json-file (Podman: its k8s-file, and
+// `podman logs` beside the docker CLI).
+BOOST_AUTO_TEST_CASE(each_cut_method_side_by_side_for_every_reader) {
+    compare_methods("json-file");
+}
+
+BOOST_AUTO_TEST_CASE(each_cut_method_side_by_side_for_every_reader_of_the_local_driver, *boost::unit_test::precondition(docker_engine)) {
+    compare_methods("local");
 }
