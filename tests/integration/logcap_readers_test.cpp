@@ -314,7 +314,7 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     // only). 20.10's decoder resyncs across up to ~10 MB of hole, and a follower that lagged
     // further (12 MB, the suite and a CPU-bound job beside it) ended the same way. Behind a
     // runaway under a 2 MiB cap, the engine's CLI lags by more than the 1 MiB kept within
-    // ~30 ms (it reads a quarter to a third of the runaway's lines: measured above, on a log
+    // ~30 ms (it reads a fifth to a third of the runaway's lines: measured above, on a log
     // never cut). That is allowed for the runaway only, when the follower's last line is
     // older than the oldest line still on disk (it lagged into the hole), and never a stall.
     const auto followed = follower.last_number();
@@ -366,10 +366,14 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     BOOST_TEST_MESSAGE(what << ": most bytes on disk over 2 s " << max_allocated << " (cap " << cap << ")");
     // The slow writer's log stays within issue 21's 1.1x of the cap whatever the load. A 70 MB/s
     // runaway's overshoot is how long the capper's thread waits for a core (~13 ms between the
-    // mark and the cap): 1.05x at a load average of ~5 on 2 cores, 1.98x at ~10 (README,
-    // Log-size caps); here it is held to being capped (uncapped: ~140 MB in these 2 s), the
-    // figure printed above.
-    BOOST_TEST(max_allocated <= (lagging_follower_may_end ? 4 * cap : cap + cap / 10));
+    // mark and the cap): with the thread in the real-time class (SCHEDULING=realtime, as root
+    // gets it) it held at 0.60-0.64x idle and beside two CPU-bound loops, so 1.1x holds it
+    // too; at a nice level, 1.05x at a load average of ~5 on 2 cores and 1.98x at ~10 were
+    // seen (README, Log-size caps), so there it is held to being capped (uncapped: ~140 MB in
+    // these 2 s), the figure printed above.
+    const bool realtime = daemon.log_count("SCHEDULING=realtime") > 0;
+    BOOST_TEST_MESSAGE(what << ": the capper's thread " << (realtime ? "in" : "not in") << " the real-time class");
+    BOOST_TEST(max_allocated <= (lagging_follower_may_end && !realtime ? 4 * cap : cap + cap / 10));
     if (driver == "json-file") {
         std::vector<std::uint64_t> kept;
         const auto readable = readable_newest_bytes(log, kept);
