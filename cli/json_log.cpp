@@ -29,6 +29,18 @@ constexpr std::size_t block = 64 * 1024;
     throw std::system_error(errno, std::generic_category(), what);
 }
 
+// A json-file log cut from outside before `offset`: shorter than it, or what precedes it is
+// no longer the '\n' read there (a hole's NUL is a punch, which changes no offset).
+bool json_cut_before(int fd, std::uint64_t offset) {
+    char before = '\n';
+    return file_size(fd) < offset ||
+           (::pread(fd, &before, 1, static_cast<off_t>(offset - 1)) == 1 && before != '\n' && before != '\0');
+}
+
+}  // namespace
+
+const LogFormat json_file_format{read_entries, tail_entries, json_cut_before};
+
 std::string read_at(int fd, std::uint64_t begin, std::uint64_t end) {
     std::string data(static_cast<std::size_t>(end - begin), '\0');
     std::size_t done = 0;
@@ -48,8 +60,6 @@ std::uint64_t file_size(int fd) {
     if (::fstat(fd, &st) != 0) throw_errno("fstat of the log");
     return static_cast<std::uint64_t>(st.st_size);
 }
-
-}  // namespace
 
 std::optional<LogEntry> decode_json_log_line(std::string_view line) {
     if (line.empty() || line.front() != '{') return std::nullopt;  // NULs of a hole, a torn start
@@ -160,23 +170,16 @@ std::vector<LogEntry> tail_entries(int fd, std::size_t n, std::uint64_t* follow_
     return {std::make_move_iterator(kept.begin()), std::make_move_iterator(kept.end())};
 }
 
-LogFollower::LogFollower(std::string path, int fd, std::uint64_t offset)
-    : path_(std::move(path)), fd_(fd), offset_(offset) {}
+LogFollower::LogFollower(std::string path, int fd, std::uint64_t offset, const LogFormat& format)
+    : path_(std::move(path)), fd_(fd), offset_(offset), format_(format) {}
 
 LogFollower::~LogFollower() { ::close(fd_); }
 
 bool LogFollower::poll(const EntrySink& sink) {
-    if (offset_ > 0) {
-        // Cut from outside (a truncate, reaperd's fallback where holes cannot be punched): the
-        // file is shorter than where we were, or what precedes that offset is no longer the
-        // '\n' we read there (a hole, NUL, is a punch and changes no offset). What is there
-        // now is new.
-        char before = '\n';
-        if (file_size(fd_) < offset_ ||
-            (::pread(fd_, &before, 1, static_cast<off_t>(offset_ - 1)) == 1 && before != '\n' && before != '\0'))
-            offset_ = 0;
-    }
-    offset_ = read_entries(fd_, offset_, sink);
+    // Cut from outside (a truncate, reaperd's fallback where holes cannot be punched): what is
+    // there now is new.
+    if (offset_ > 0 && format_.cut_before(fd_, offset_)) offset_ = 0;
+    offset_ = format_.read_entries(fd_, offset_, sink);
     struct stat at_path {};
     if (::stat(path_.c_str(), &at_path) != 0) {
         if (errno != ENOENT) throw_errno("stat of the log");
@@ -187,7 +190,7 @@ bool LogFollower::poll(const EntrySink& sink) {
     if (::fstat(fd_, &open_now) != 0) throw_errno("fstat of the log");
     if (at_path.st_ino == open_now.st_ino && at_path.st_dev == open_now.st_dev) return true;
     // Rotated: the old file is complete (the engine writes only to the new one now).
-    read_entries(fd_, offset_, sink);
+    format_.read_entries(fd_, offset_, sink);
     const int fresh = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fresh < 0) {
         if (errno == ENOENT) return true;  // rotated again already: the next poll finds it
@@ -195,7 +198,7 @@ bool LogFollower::poll(const EntrySink& sink) {
     }
     ::close(fd_);
     fd_ = fresh;
-    offset_ = read_entries(fd_, 0, sink);
+    offset_ = format_.read_entries(fd_, 0, sink);
     return true;
 }
 

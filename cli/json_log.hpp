@@ -42,6 +42,12 @@ std::vector<DataRegion> data_regions(int fd, std::uint64_t from, std::uint64_t s
 
 using EntrySink = std::function<void(const LogEntry&)>;
 
+// pread of [begin, end): shorter only where the file ends first (cut under us). Throws
+// std::system_error on a read error.
+std::string read_at(int fd, std::uint64_t begin, std::uint64_t end);
+// The file's apparent size (st_size). Throws std::system_error.
+std::uint64_t file_size(int fd);
+
 // Every entry of the whole lines from `offset` to the file's current end, in order. A line
 // cut by a hole is skipped; the part after the last '\n' is left for a later call. Returns the
 // offset after the last whole line (or `offset` when there is none): where the next call
@@ -53,16 +59,28 @@ std::uint64_t read_entries(int fd, std::uint64_t offset, const EntrySink& sink);
 // the last whole line, where following starts. Throws std::system_error on a read error.
 std::vector<LogEntry> tail_entries(int fd, std::size_t n, std::uint64_t* follow_from = nullptr);
 
-// Follows a json-file log by its path, from an offset: each poll() reads the whole lines
+// How `logs` reads one driver's file: json-file (the functions above) or local
+// (local_log.hpp), each with the contracts of read_entries() and tail_entries().
+struct LogFormat {
+    std::uint64_t (*read_entries)(int fd, std::uint64_t offset, const EntrySink& sink);
+    std::vector<LogEntry> (*tail_entries)(int fd, std::size_t n, std::uint64_t* follow_from);
+    // Whether the file was cut from outside before `offset`, where an entry ended when it was
+    // read: truncated (shorter than `offset`), or truncated and written past it again (what
+    // precedes `offset` is no longer an entry's end). A punched hole (NULs) is not a cut: it
+    // changes no offset.
+    bool (*cut_before)(int fd, std::uint64_t offset);
+};
+extern const LogFormat json_file_format;
+
+// Follows a log of `format` by its path, from an offset: each poll() reads the whole entries
 // appended since the last. When the engine rotates the log (renames it to .1 and starts a new
-// file at the path), the old file's last lines are read first, then the new file from its
-// start; a file cut from outside (truncated: shorter than the offset, or no '\n' just before
-// it any more) is read again from 0.
+// file at the path), the old file's last entries are read first, then the new file from its
+// start; a file cut from outside (format.cut_before) is read again from 0.
 // The caller decides how often to poll.
 class LogFollower {
 public:
     // Takes `fd`, open on the file at `path`, and closes it.
-    LogFollower(std::string path, int fd, std::uint64_t offset);
+    LogFollower(std::string path, int fd, std::uint64_t offset, const LogFormat& format);
     ~LogFollower();
     LogFollower(const LogFollower&) = delete;
     LogFollower& operator=(const LogFollower&) = delete;
@@ -75,6 +93,7 @@ private:
     std::string path_;
     int fd_;
     std::uint64_t offset_;
+    const LogFormat& format_;
 };
 
 }  // namespace reaperctl

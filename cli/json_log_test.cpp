@@ -1,21 +1,19 @@
 #include "json_log.hpp"
+#include "test_log_file.hpp"
 
 #include <boost/test/unit_test.hpp>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <fcntl.h>
-#include <linux/falloc.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace reaperctl;
+using reaperctl::test::numbers;
+using reaperctl::test::range;
 
 namespace {
 
@@ -24,62 +22,12 @@ std::string entry(int i, const char* stream = "stdout") {
            R"(","time":"2026-12-02T10:00:00.000000001Z"})" + "\n";
 }
 
-// A json-file log in a temp dir of its own: lines 0..count-1, stderr every 7th.
-struct LogFile {
-    explicit LogFile(int count = 0) {
-        char dir_template[] = "/tmp/json-log-test.XXXXXX";
-        dir = ::mkdtemp(dir_template);
-        path = dir + "/c-json.log";
-        fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        BOOST_REQUIRE(fd >= 0);
+// A json-file log: lines 0..count-1, stderr every 7th.
+struct LogFile : test::TestLogFile {
+    explicit LogFile(int count = 0) : TestLogFile("c-json.log") {
         for (int i = 0; i < count; ++i) append(entry(i, i % 7 == 0 ? "stderr" : "stdout"));
     }
-    ~LogFile() {
-        ::close(fd);
-        std::filesystem::remove_all(dir);
-    }
-    void append(const std::string& text) {
-        BOOST_REQUIRE(::pwrite(fd, text.data(), text.size(), static_cast<off_t>(size())) ==
-                      static_cast<ssize_t>(text.size()));
-    }
-    std::uint64_t size() const {
-        struct stat st {};
-        ::fstat(fd, &st);
-        return static_cast<std::uint64_t>(st.st_size);
-    }
-    // Punches [0, bytes rounded down to the block size) out as reaperd's capper does; a file
-    // system that cannot is a failure here, not a skip.
-    std::uint64_t punch_start(std::uint64_t bytes) {
-        struct stat st {};
-        ::fstat(fd, &st);
-        const auto length = bytes / static_cast<std::uint64_t>(st.st_blksize) * static_cast<std::uint64_t>(st.st_blksize);
-        if (length == 0) return 0;
-        const int rc = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(length));
-        const int error = errno;
-        BOOST_REQUIRE_MESSAGE(rc == 0, "fallocate PUNCH_HOLE in /tmp: " << std::strerror(error));
-        return length;
-    }
-    std::string dir;
-    std::string path;
-    int fd = -1;
 };
-
-// The numbers of the lines read, in order; -1 for an entry that is not "line N\n".
-std::vector<int> numbers(const std::vector<LogEntry>& entries) {
-    std::vector<int> out;
-    for (const auto& e : entries) {
-        int n = -1;
-        if (std::sscanf(e.text.c_str(), "line %d\n", &n) != 1) n = -1;
-        out.push_back(n);
-    }
-    return out;
-}
-
-std::vector<int> range(int from, int to) {
-    std::vector<int> out;
-    for (int i = from; i < to; ++i) out.push_back(i);
-    return out;
-}
 
 std::vector<LogEntry> read_all(int fd, std::uint64_t offset = 0, std::uint64_t* next = nullptr) {
     std::vector<LogEntry> entries;
@@ -223,7 +171,7 @@ BOOST_AUTO_TEST_CASE(a_follower_follows_appends_rotations_and_cuts) {
     const auto sink = [&](const LogEntry& e) { seen.push_back(e); };
     std::uint64_t from = 0;
     BOOST_TEST(numbers(tail_entries(log.fd, 1, &from)) == std::vector<int>{2}, boost::test_tools::per_element());
-    LogFollower follower(log.path, ::open(log.path.c_str(), O_RDONLY | O_CLOEXEC), from);
+    LogFollower follower(log.path, ::open(log.path.c_str(), O_RDONLY | O_CLOEXEC), from, json_file_format);
     BOOST_TEST(follower.poll(sink));
     BOOST_TEST(seen.empty());
     log.append(entry(3));

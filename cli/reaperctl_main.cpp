@@ -1,5 +1,5 @@
 // reaperctl: the command-line client of reaperd's control socket (and `logs`, a reader of the
-// engine's json-file logs).
+// engine's json-file and local logs).
 // Exit codes: 0 ok, 1 the daemon answered with an error (logs: the log cannot be read), 64
 // usage error, 69 daemon unreachable (logs: the engine), 75 `end --wait` timed out with
 // something of the session left; `run` exits with its tool's
@@ -9,6 +9,8 @@
 #include "reaper/log_rotation.hpp"
 #include "reaper/proxy.hpp"
 #include "json_log.hpp"
+#include "local_log.hpp"
+#include "log_location.hpp"
 #include "reaper/client.hpp"
 #include "reaperctl_format.hpp"
 #include "errno_text.hpp"
@@ -94,9 +96,10 @@ const char* const usage_text =
     "                               (--limit N of them, default 1000)\n"
     "  metrics                      the daemon's metrics (Prometheus text)\n"
     "  logs CONTAINER [--tail N] [-f] [--engine ADDR]\n"
-    "                               print a container's json-file log as the engine wrote it,\n"
-    "                               skipping the holes reaperd's log caps punch (where plain\n"
-    "                               `docker logs` of Docker 23+ shows nothing); stdout lines\n"
+    "                               print a container's json-file or local log as the engine\n"
+    "                               wrote it, skipping the holes reaperd's log caps punch\n"
+    "                               (where plain `docker logs` of Docker 23+, or of any Docker\n"
+    "                               for the local driver, shows nothing); stdout lines\n"
     "                               to stdout, stderr lines to stderr. --tail N: the last N\n"
     "                               lines; -f: follow, across the engine's rotations. The\n"
     "                               engine: ADDR, else $DOCKER_HOST, else\n"
@@ -458,14 +461,17 @@ void print_entry(const reaperctl::LogEntry& entry) {
     std::fwrite(entry.text.data(), 1, entry.text.size(), out);
 }
 
-// `logs`: the container's json-file log, read from the file the engine names (inspect's
-// LogPath), holes skipped (json_log.hpp).
+// `logs`: the container's json-file or local log, read from the file the engine keeps it in
+// (json-file: inspect's LogPath; local: under the data root GET /info names), holes skipped
+// (json_log.hpp, local_log.hpp).
 int print_logs(const reaper::ClientOptions& options, const std::string& container,
                std::optional<std::uint64_t> tail, bool follow) {
     reaper::ContainerInfo info;
+    std::string data_root;
     try {
         reaper::Client engine(options);
         info = engine.inspect(container);
+        if (info.log_driver == "local") data_root = engine.info().docker_root_dir;
     } catch (const reaper::NotFound&) {
         warn("no such container: " + container);
         return exit_error_reply;
@@ -473,28 +479,31 @@ int print_logs(const reaper::ClientOptions& options, const std::string& containe
         warn(e.what());
         return exit_unavailable;
     }
-    if (info.log_path.empty() || (!info.log_driver.empty() && info.log_driver != "json-file")) {
+    const auto files = reaper::locate_log(info.id, info.log_driver, info.log_path, data_root);
+    if (!files) {
         warn("container " + container + " logs with the " + (info.log_driver.empty() ? "engine's" : info.log_driver) +
-             " driver; reaperctl logs reads json-file logs only (use docker logs)");
+             " driver; reaperctl logs reads json-file and local logs only (use docker logs)");
         return exit_error_reply;
     }
-    const int fd = ::open(info.log_path.c_str(), O_RDONLY | O_CLOEXEC);
+    const auto& format = info.log_driver == "local" ? reaperctl::local_format : reaperctl::json_file_format;
+    const std::string path = files->dir + "/" + files->live_name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        warn("cannot open " + info.log_path + ": " + errno_text(errno) +
+        warn("cannot open " + path + ": " + errno_text(errno) +
              (errno == EACCES ? " (the engine's files are root's: run as root)" : ""));
         return exit_error_reply;
     }
     std::uint64_t offset = 0;
     if (tail) {
-        for (const auto& entry : reaperctl::tail_entries(fd, *tail, &offset)) print_entry(entry);
+        for (const auto& entry : format.tail_entries(fd, *tail, &offset)) print_entry(entry);
     } else {
-        offset = reaperctl::read_entries(fd, 0, print_entry);
+        offset = format.read_entries(fd, 0, print_entry);
     }
     if (!follow) {
         ::close(fd);
         return exit_ok;
     }
-    reaperctl::LogFollower follower(info.log_path, fd, offset);
+    reaperctl::LogFollower follower(path, fd, offset, format);
     do {
         std::fflush(stdout);
         std::fflush(stderr);

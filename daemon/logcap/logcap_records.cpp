@@ -56,7 +56,8 @@ void CutCoalescer::flush(const LogSink& sink, const RecordSubject& subject, std:
         if (!std::exchange(told_how_to_read_, true))
             how += " (read all that was kept with `reaperctl logs " + std::string(subject.id.substr(0, 12)) +
                    "`, or with `docker logs --tail N` for fewer lines than were kept, or `-f`: a plain "
-                   "`docker logs` on Docker 23+ stops at the hole and shows nothing)";
+                   "`docker logs` on Docker 23+, or of a local log on any Docker, stops at the hole and "
+                   "shows nothing)";
     } else {
         how = "; truncated it to 0";
     }

@@ -1,10 +1,10 @@
 // `reaperctl logs` against the real engine (issue 21, point 3): a container writes numbered
-// lines (every 100th to stderr), the test punches the oldest part of its json-file log out
-// itself, block aligned, as reaperd's capper does (fallocate PUNCH_HOLE | KEEP_SIZE), and then
+// lines (every 100th to stderr), the test punches the oldest part of its json-file or local
+// log out itself, block aligned, as reaperd's capper does (fallocate PUNCH_HOLE | KEEP_SIZE), and then
 // `reaperctl logs --tail 5` prints the 5 newest lines, plain `reaperctl logs` everything after
 // the hole (stdout and stderr apart), and `reaperctl logs -f` the lines written after it
-// started. Docker 23+'s plain `docker logs` shows nothing after such a hole; it is printed for
-// the record. Run on each engine: default (20.10), REAPER_TEST_ENGINE=docker-trixie (26.1) and
+// started. Docker 23+'s plain `docker logs` shows nothing after such a hole (any Docker's, of
+// a local log); it is printed for the record. Run on each engine: default (20.10), REAPER_TEST_ENGINE=docker-trixie (26.1) and
 // docker-sid (28.5).
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
@@ -59,9 +59,22 @@ std::vector<std::string> logs_argv(const std::string& id, std::vector<std::strin
     return argv;
 }
 
-}  // namespace
+// A driver's file, and how much of it the burst writes and the test punches: json-file's
+// lines are ~70 bytes, local's frames ~37.
+struct Driver {
+    const char* name;
+    std::uint64_t written;  // bytes, reached within the burst of 3000 lines
+    std::uint64_t punched;  // bytes at the start, rounded down to blocks
+    std::string path(const std::string& id) const {
+        return std::string(name) == "local"
+                   ? reaper::test::engine().data_root() + "/containers/" + id + "/local-logs/container.log"
+                   : engine_client().inspect(id).log_path;
+    }
+};
+const Driver json_file{"json-file", 200'000, 100'000};
+const Driver local{"local", 100'000, 50'000};
 
-BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_follows) {
+void logs_read_what_a_punched_cut_kept(const Driver& driver) {
     char pattern[] = "/tmp/reaperctl-logs.XXXXXX";
     const std::string dir = ::mkdtemp(pattern);
     reaper::ContainerSpec spec;
@@ -69,10 +82,14 @@ BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_fol
     spec.image = reaper::test::PrivateEngine::image;
     spec.cmd = {"sh", "-c", writer};
     spec.network_mode = "none";
+    spec.log_config.type = driver.name;
     const auto id = engine_client().create(spec);
     engine_client().start(id);
-    const auto path = engine_client().inspect(id).log_path;
-    BOOST_TEST_REQUIRE(eventually([&] { return fs::file_size(path) > 200'000; }), path);
+    const auto path = driver.path(id);
+    BOOST_TEST_REQUIRE(eventually([&] {
+        std::error_code ec;
+        return fs::file_size(path, ec) > driver.written;
+    }), path);
     // Into the slow phase for ~15 lines, so that the newest entries are all of it: the engine
     // copies stderr apart, and its entries of the burst can land after stdout's last ones.
     std::this_thread::sleep_for(1500ms);
@@ -82,12 +99,12 @@ BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_fol
     BOOST_TEST_REQUIRE(fd >= 0);
     struct stat st {};
     ::fstat(fd, &st);
-    const auto punched = 100'000 / st.st_blksize * st.st_blksize;
+    const auto punched = driver.punched / st.st_blksize * st.st_blksize;
     const int rc = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, punched);
     const int error = errno;
     ::close(fd);
     BOOST_TEST_REQUIRE(rc == 0, "fallocate PUNCH_HOLE on the engine's log: " << std::strerror(error));
-    BOOST_TEST_MESSAGE("plain docker logs after the punch (Docker 23+ stops at the hole), lines: "
+    BOOST_TEST_MESSAGE(driver.name << ": plain docker logs after the punch (Docker 23+ stops at the hole), lines: "
                        << shell_output("timeout 10 " + reaper::test::test_engine().docker_cli() + " --host " +
                                        reaper::test::engine().address() + " logs " + id + " 2>&1 | wc -l"));
 
@@ -110,8 +127,8 @@ BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_fol
     const auto err = numbers(all.stderr_text());
     BOOST_REQUIRE(!out.empty());
     BOOST_REQUIRE(!err.empty());
-    // Everything after the hole: from the first whole line past it (lines are ~70 bytes, the
-    // hole ~100 KB: well past line 1000), each line once, stdout and stderr apart. The engine
+    // Everything after the hole: from the first whole line past it (well past line 1000), each
+    // line once, stdout and stderr apart. The engine
     // copies the two streams apart, so where a stream's lines sit in the file relative to the
     // other's is its own: each stream is checked on its own.
     // Lines emitted after the file passed 200 KB (the slow phase's, 1.5 s of them) are all past
@@ -121,7 +138,7 @@ BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_fol
     for (std::size_t i = 1; i < out.size(); ++i) BOOST_TEST(out[i] == next_on_stream(out[i - 1]));
     BOOST_TEST(err.back() >= 3000);
     for (std::size_t i = 1; i < err.size(); ++i) BOOST_TEST(err[i] == next_on_stream(err[i - 1]));
-    BOOST_TEST_MESSAGE("reaperctl logs: stdout lines " << out.front() << " to " << out.back() << ", stderr lines "
+    BOOST_TEST_MESSAGE(driver.name << ": reaperctl logs: stdout lines " << out.front() << " to " << out.back() << ", stderr lines "
                                                        << err.front() << " to " << err.back() << " after a hole of "
                                                        << punched << " bytes");
 
@@ -137,6 +154,17 @@ BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_fol
 
     std::error_code ec;
     fs::remove_all(dir, ec);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_the_newest_lines_and_follows) {
+    logs_read_what_a_punched_cut_kept(json_file);
+}
+
+// The local driver's frames after a punch: every Docker's plain read shows nothing of them.
+BOOST_AUTO_TEST_CASE(logs_reads_what_a_punched_cut_kept_of_a_local_log) {
+    logs_read_what_a_punched_cut_kept(local);
 }
 
 // A `--tail` that asks for more lines than a cut kept. Docker's reader (pkg/tailfile) looks for
@@ -215,7 +243,7 @@ BOOST_AUTO_TEST_CASE(logs_refuses_what_it_cannot_read) {
     const auto id = engine_client().create(spec);
     Child none(dir, logs_argv(id, {}));
     BOOST_TEST(none.wait(30s) == 1);
-    BOOST_TEST(none.stderr_text().find("json-file logs only") != std::string::npos, none.stderr_text());
+    BOOST_TEST(none.stderr_text().find("json-file and local logs only") != std::string::npos, none.stderr_text());
     engine_client().remove(id, {true, true});
 
     Child usage(dir, {REAPERCTL_PATH, "logs", "--tail", "x", id});

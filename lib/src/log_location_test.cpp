@@ -1,11 +1,11 @@
-// The engine's on-disk log layout, as the port module reads it (engine_port.hpp).
-#include "engine_port.hpp"
+// The engine's on-disk log layout (log_location.hpp).
+#include "log_location.hpp"
 
 #include <boost/test/unit_test.hpp>
 
 #include <string>
 
-using namespace reaperd;
+using namespace reaper;
 
 BOOST_AUTO_TEST_CASE(log_files_by_driver) {
     std::string id(64, 'a');
