@@ -1,6 +1,7 @@
-// Test support for the log readers' unit tests (json_log_test, local_log_test): a log file in
-// a temp dir of its own, written and punched as the engine and reaperd's capper do, and the
-// numbers of the "line N" entries a reader gave.
+// Test support for the log readers' unit tests (json_log_test, local_log_test,
+// log_readers_test): entries as the engine writes them in each format, a log file in a temp
+// dir of its own, written and punched as the engine and reaperd's capper do, and the numbers
+// of the "line N" entries a reader gave.
 #pragma once
 
 #include "json_log.hpp"
@@ -12,7 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fcntl.h>
@@ -21,6 +24,53 @@
 #include <unistd.h>
 
 namespace reaperctl::test {
+
+// A json-file entry of "line N", as the engine writes it.
+inline std::string json_entry(int i, bool to_stderr = false) {
+    return R"({"log":"line )" + std::to_string(i) + R"(\n","stream":")" + (to_stderr ? "stderr" : "stdout") +
+           R"(","time":"2026-12-02T10:00:00.000000001Z"})" + "\n";
+}
+
+// The protobuf wire format as moby's local driver writes a LogEntry (gogo/protobuf, proto3:
+// fields in number order, defaults left out), and its frame: [size][entry][size].
+inline std::string varint(std::uint64_t value) {
+    std::string out;
+    do {
+        auto byte = static_cast<unsigned char>(value & 0x7f);
+        value >>= 7;
+        if (value) byte |= 0x80;
+        out += static_cast<char>(byte);
+    } while (value);
+    return out;
+}
+inline std::string bytes_field(unsigned field, std::string_view value) {
+    return varint(field << 3 | 2) + varint(value.size()) + std::string(value);
+}
+inline std::string varint_field(unsigned field, std::uint64_t value) { return varint(field << 3 | 0) + varint(value); }
+struct Partial {
+    bool last = false;
+};
+inline std::string proto_entry(std::string_view line, std::string_view source = "stdout",
+                               std::optional<Partial> partial = std::nullopt) {
+    std::string entry = bytes_field(1, source) + varint_field(2, 1'764'669'600'000'000'001) + bytes_field(3, line);
+    if (partial) {
+        std::string metadata = (partial->last ? varint_field(1, 1) : "") + bytes_field(2, "a1b2") + varint_field(3, 2);
+        entry += varint_field(4, 1) + bytes_field(5, metadata);
+    }
+    return entry;
+}
+inline std::string big_endian(std::uint32_t value) {
+    return {static_cast<char>(value >> 24), static_cast<char>(value >> 16 & 0xff), static_cast<char>(value >> 8 & 0xff),
+            static_cast<char>(value & 0xff)};
+}
+inline std::string frame(const std::string& entry) {
+    const auto size = big_endian(static_cast<std::uint32_t>(entry.size()));
+    return size + entry + size;
+}
+// A local entry of "line N", as the engine writes it.
+inline std::string local_entry(int i, bool to_stderr = false) {
+    return frame(proto_entry("line " + std::to_string(i), to_stderr ? "stderr" : "stdout"));
+}
 
 class TestLogFile {
 public:
