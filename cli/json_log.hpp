@@ -10,6 +10,10 @@
 //
 // The file format, one entry per line: {"log":"<text, its '\n' included>","stream":
 // "stdout"|"stderr","time":"<RFC 3339>"}.
+//
+// What the local driver's reader (local_log.hpp) shares with this one is here too: the entry
+// printed, the file's data regions, reading at an offset, and the follower, which takes either
+// format (LogFormat).
 #pragma once
 
 #include <cstddef>

@@ -480,6 +480,10 @@ int print_logs(const reaper::ClientOptions& options, const std::string& containe
         return exit_unavailable;
     }
     const auto files = reaper::locate_log(info.id, info.log_driver, info.log_path, data_root);
+    if (!files && (info.log_driver == "json-file" || info.log_driver.empty()) && info.log_path.empty()) {
+        warn("container " + container + " has no log file yet (the engine names it when the container first starts)");
+        return exit_error_reply;
+    }
     if (!files) {
         warn("container " + container + " logs with the " + (info.log_driver.empty() ? "engine's" : info.log_driver) +
              " driver; reaperctl logs reads json-file and local logs only (use docker logs)");

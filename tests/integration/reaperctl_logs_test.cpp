@@ -246,6 +246,14 @@ BOOST_AUTO_TEST_CASE(logs_refuses_what_it_cannot_read) {
     BOOST_TEST(none.stderr_text().find("json-file and local logs only") != std::string::npos, none.stderr_text());
     engine_client().remove(id, {true, true});
 
+    spec.name = reaper::test::unique_name("logs-unstarted");
+    spec.log_config.type = "json-file";
+    const auto unstarted = engine_client().create(spec);
+    Child no_file(dir, logs_argv(unstarted, {}));
+    BOOST_TEST(no_file.wait(30s) == 1);
+    BOOST_TEST(no_file.stderr_text().find("has no log file yet") != std::string::npos, no_file.stderr_text());
+    engine_client().remove(unstarted, {true, true});
+
     Child usage(dir, {REAPERCTL_PATH, "logs", "--tail", "x", id});
     BOOST_TEST(usage.wait(30s) == 64);
     std::error_code ec;
