@@ -549,7 +549,17 @@ std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap:
         const std::uint64_t newest_before = driver == "local" ? 0 : newest_number(log);
         const int dockerd = podman ? -1 : engine().daemon_pid();
         const auto ticks_before = dockerd > 0 ? cpu_ticks(dockerd) : 0;
-        const auto tail = run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1");
+        auto tail = run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1");
+        // Podman 4.3's k8s-file reader fails now and then behind a live writer, cut or not
+        // ("unable to read log file ... is not a valid container log line": README, Rootless
+        // engines; once here a one-line answer beside two CPU-bound loops): an answer that is an
+        // error is asked again, at most twice, and told with its text.
+        int podman_read_errors = 0;
+        std::string first_error;
+        while (podman && podman_read_errors < 2 && tail.text.find("rror") != std::string::npos) {
+            if (!podman_read_errors++) first_error = tail.text.substr(0, 200);
+            tail = run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1");
+        }
         const auto ticks = dockerd > 0 ? cpu_ticks(dockerd) - ticks_before : 0;
         std::vector<std::uint64_t> lines;
         std::istringstream text(tail.text);
@@ -559,7 +569,12 @@ std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap:
         const auto plain = run("timeout 6 " + readers[i].cli("logs " + id) + " 2>/dev/null");
         std::istringstream plain_text(plain.text);
         const auto plain_order = order_of(plain_text);
-        seen[i].told += "; --tail 200: " + std::to_string(lines.size()) + " lines" +
+        seen[i].told += "; --tail 200: " +
+                        (podman_read_errors ? "(Podman's reader failed " + std::to_string(podman_read_errors) +
+                                                  " time(s) first: " + first_error + ") "
+                                            : std::string()) +
+                        (lines.size() == 200u ? "" : "[" + tail.text.substr(0, 200) + "] ") +
+                        std::to_string(lines.size()) + " lines" +
                         (lines.size() == 200u && consecutive(lines) ? ", consecutive" : "") + ", in " +
                         std::to_string(tail.took.count()) + " ms" +
                         (dockerd > 0 ? ", dockerd " + std::to_string(ticks) + " ticks" : "") + "; plain: " +
