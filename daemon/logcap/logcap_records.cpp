@@ -52,12 +52,13 @@ void CutCoalescer::flush(const LogSink& sink, const RecordSubject& subject, std:
         // Docker 23+'s plain read stops at the hole (moby issue 53631); its tail and follow
         // readers start from the end, and the offsets they hold are still valid. A tail of more
         // lines than were kept reads the whole hole first (~3 s of a core per GiB), then shows
-        // nothing.
+        // nothing; a follower that lags into the hole (behind a runaway within ~30 ms) ends.
         if (!std::exchange(told_how_to_read_, true))
             how += " (read all that was kept with `reaperctl logs " + std::string(subject.id.substr(0, 12)) +
-                   "`, or with `docker logs --tail N` for fewer lines than were kept, or `-f`: a plain "
-                   "`docker logs` on Docker 23+, or of a local log on any Docker, stops at the hole and "
-                   "shows nothing)";
+                   "`, and follow it past later cuts with `-f`; `docker logs --tail N` reads fewer lines "
+                   "than were kept, and `docker logs -f` goes on unless it falls behind by more than was "
+                   "kept, which ends it on Docker 23+; a plain `docker logs` on Docker 23+, or of a local "
+                   "log on any Docker, stops at the hole and shows nothing)";
     } else {
         how = "; truncated it to 0";
     }

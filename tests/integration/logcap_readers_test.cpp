@@ -3,7 +3,8 @@
 // cut by reaperd at least 3 times, and Docker's own readers of its log after those cuts,
 // through the engine's own CLI. A truncate left Docker 23+'s follower waiting for good and
 // its `--tail` spinning dockerd at ~1.2 cores; a punched cut must leave both working, keep the
-// newest half of the cap readable and the bytes on disk within 1.1x the cap.
+// newest half of the cap readable and the bytes on disk within 1.1x the cap. Beside the
+// engine's follower, `reaperctl logs -f` follows too, which a runaway's cuts do not end.
 #include "daemon_fixture.hpp"
 #include "engine.hpp"
 #include "logcap/logcap_file.hpp"
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -72,11 +74,12 @@ Output run(const std::string& command) {
     return out;
 }
 
-// Numbered lines as a reader printed them: how many, and how many do not follow the one
-// before (a line skipped or replayed).
+// Numbered lines as a reader printed them: how many, how many do not follow the one before
+// (a line skipped or replayed), and of those how many go back (a replay).
 struct LineOrder {
     std::size_t lines = 0;
     std::size_t breaks = 0;
+    std::size_t replays = 0;
 };
 LineOrder order_of(std::istream& in) {
     LineOrder order;
@@ -84,6 +87,7 @@ LineOrder order_of(std::istream& in) {
     for (std::string line; std::getline(in, line); ++order.lines) {
         const std::uint64_t number = std::strtoull(line.c_str(), nullptr, 10);
         if (previous != 0 && number != previous + 1) ++order.breaks;
+        if (previous != 0 && number <= previous) ++order.replays;
         previous = number;
     }
     return order;
@@ -111,10 +115,16 @@ public:
         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         return text.substr(text.size() - std::min<std::size_t>(text.size(), 300));
     }
-    // The last complete line it printed, as a number (0: none).
+    // The last complete line it printed, as a number (0: none). Only the output's end is read:
+    // a follower of a runaway prints hundreds of MB.
     std::uint64_t last_number() const {
-        std::ifstream in(path_, std::ios::binary);
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::ifstream in(path_, std::ios::binary | std::ios::ate);
+        const std::streamoff size = in.tellg();
+        if (size <= 0) return 0;
+        const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+        std::string text(static_cast<std::size_t>(size - from), '\0');
+        in.seekg(from);
+        in.read(text.data(), static_cast<std::streamsize>(text.size()));
         auto end = text.rfind('\n');
         if (end == std::string::npos) return 0;
         auto begin = text.rfind('\n', end - 1);
@@ -127,9 +137,10 @@ public:
     }
 
     // How many of its lines do not follow the one before (a skip or a replay): 0 = in order.
-    std::size_t out_of_order() const {
+    std::size_t out_of_order() const { return order().breaks; }
+    LineOrder order() const {
         std::ifstream in(path_);
-        return order_of(in).breaks;
+        return order_of(in);
     }
 
 private:
@@ -294,6 +305,14 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
                                 : client.inspect(id).log_path;
     BOOST_TEST_REQUIRE(!log.empty());
     Follower follower(docker("logs -f --tail 1 " + id), daemon.dir + "/follower.out");
+    // reaperctl's follower (issue 21, point 3), started beside the engine's: it reads the file
+    // itself past the holes, so a runaway it falls behind costs it the lines cut meanwhile, not
+    // the follow. It reads json-file and local logs (not Podman's k8s-file).
+    std::optional<Follower> reaperctl_follower;
+    if (!podman)
+        reaperctl_follower.emplace(std::string(REAPERCTL_PATH) + " logs --engine " + engine().address() +
+                                       " -f --tail 1 " + id,
+                                   daemon.dir + "/reaperctl-follower.out");
 
     auto cuts = [&] {
         auto actions = daemon.status()->getObject("counters")->getObject("actions");
@@ -334,6 +353,23 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     if (!(lagging_follower_may_end && ended_at_hole)) {
         BOOST_TEST(advancing, what << ": the follower stalled at line " << followed);
         BOOST_TEST(follower.running(), what << ": the follower ended: " << follower.last_text());
+    }
+    // reaperctl logs -f goes on behind every writer, each line once and in order; behind a
+    // runaway it skips what was cut while it was behind (it polls every 100 ms, when the
+    // runaway has written ~7 MB), behind the slow writer nothing.
+    if (reaperctl_follower) {
+        const auto from = reaperctl_follower->last_number();
+        const bool goes_on = eventually([&] { return reaperctl_follower->last_number() > from; }, 10s);
+        const bool running = reaperctl_follower->running();
+        const auto order = reaperctl_follower->order();
+        BOOST_TEST_MESSAGE(what << ": reaperctl logs -f " << (goes_on && running ? "goes on" : "stopped") << " at line "
+                                << reaperctl_follower->last_number() << ", " << order.lines << " lines, "
+                                << order.breaks - order.replays << " skips, " << order.replays << " replays");
+        BOOST_TEST(goes_on, what << ": reaperctl logs -f stalled at line " << from);
+        BOOST_TEST(running, what << ": reaperctl logs -f ended: " << reaperctl_follower->last_text());
+        BOOST_TEST(order.replays == 0u);
+        if (!lagging_follower_may_end) BOOST_TEST(order.breaks == 0u);
+        reaperctl_follower.reset();
     }
 
     // --tail 200 answers promptly with the 200 newest lines, consecutive.
