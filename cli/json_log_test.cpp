@@ -26,6 +26,10 @@ BOOST_AUTO_TEST_CASE(lines_decode_as_the_engine_wrote_them_and_nothing_else_does
         {R"("stream":"stdout","time":"2026-12-02T10:00:00Z"})", std::nullopt},  // torn by a punch
         {R"({"log":"torn","stre)", std::nullopt},                               // torn by a writer
         {std::string(100, '\0'), std::nullopt},                                  // a hole's NULs
+        // A line read up to its log's middle, the rest punched out before it was read, joined
+        // to a later line's end: control characters may not stand in a JSON string.
+        {"{\"log\":\"12" + std::string(100, '\0') + "789\\n\",\"stream\":\"stdout\",\"time\":\"t\"}", std::nullopt},
+        {"{\"log\":\"12\t34\",\"stream\":\"stdout\",\"time\":\"t\"}", std::nullopt},
         {"", std::nullopt},
         {"[1]", std::nullopt},
     };
