@@ -39,16 +39,28 @@ std::uint64_t file_size(const std::string& path) {
     return ec ? 0 : size;
 }
 
-// Docker 20.10's follower of a json-file log can lose a race with rotations that come ~70
-// times a second (a `yes` writer, 1 MiB files): it ends with this error (seen in 2 of ~25
-// runs here), a bug of that engine's follow code, which Docker 23 rewrote; 26.1 and 28.5 never
-// ended so. Such an end on 20.10 is reported, not failed; any other end fails.
-constexpr const char* docker_20_follow_race = "Error grabbing logs: no such file or directory";
+// The engine's own follower of a json-file log can lose a race with its own rotations when
+// they come ~70 times a second (a `yes` writer, 1 MiB files), with no cut of reaperd's:
+// - Docker 20.10 ends with "Error grabbing logs: no such file or directory" (2 of ~25 runs
+//   here), a bug of its follow code, which Docker 23 rewrote;
+// - Docker 28.5 can start its follow inside a line the rotation moved, and ends without a word
+//   to the client; its debug log says "Error while decoding log entry, not continuing:
+//   invalid character 'e' looking for beginning of value" (1 of 30 starts beside two
+//   CPU-bound loops, a few ms after the --tail's line; once in a CI run, before it).
+// Such an end is told and another follower started; one of three must go on. Any other end
+// fails, and each caller also checks that reaperd cut nothing.
+bool ended_in_engines_rotation_race(const std::string& follower_stderr) {
+    if (engine_client().api_version() == "1.41")
+        return follower_stderr.find("Error grabbing logs: no such file or directory") != std::string::npos;
+    return follower_stderr.empty();
+}
 
-// A follower of `id`'s log, started now with the engine's own CLI: `docker logs -f --tail 1`.
-// Over `watch`, it must keep receiving lines: its output grows in every second.
-void expect_follower_goes_on(const std::string& dir, const std::string& id, std::chrono::seconds watch) {
-    const auto own_dir = dir + "/follower-" + id.substr(0, 12);  // its output alone in there
+enum class Follow { went_on, ended_in_engines_race };
+
+// A follower of `id`'s log, started now with the engine's own CLI: `docker logs -f --tail 1`,
+// its output in `own_dir`. Over `watch`, it must keep receiving lines: its output grows in
+// every second.
+Follow follow(const std::string& own_dir, const std::string& id, std::chrono::seconds watch) {
     fs::create_directories(own_dir);
     Child follower(own_dir, {"sh", "-c", reaper::test::test_engine().docker_cli() + " --host " +
                                              reaper::test::engine().address() + " logs -f --tail 1 " + id});
@@ -56,15 +68,18 @@ void expect_follower_goes_on(const std::string& dir, const std::string& id, std:
     std::string stdout_path;
     for (const auto& entry : fs::directory_iterator(own_dir))
         if (entry.path().extension() == ".stdout") stdout_path = entry.path().string();
+    auto ended_in_race = [&] {
+        if (follower.running() || !ended_in_engines_rotation_race(follower.stderr_text())) return false;
+        BOOST_TEST_MESSAGE("the engine's follower of " << id << " ended in its race with the engine's rotation after "
+                                                       << file_size(stdout_path) << " bytes: \""
+                                                       << follower.stderr_text() << "\"");
+        return true;
+    };
+    if (ended_in_race()) return Follow::ended_in_engines_race;
     std::uint64_t last = file_size(stdout_path);
     for (auto second = 0s; second < watch; ++second) {
         std::this_thread::sleep_for(1s);
-        if (!follower.running() && engine_client().api_version() == "1.41" &&
-            follower.stderr_text().find(docker_20_follow_race) != std::string::npos) {
-            BOOST_TEST_MESSAGE("Docker 20.10's follower of " << id << " ended after " << last
-                                                             << " bytes: " << follower.stderr_text());
-            return;
-        }
+        if (ended_in_race()) return Follow::ended_in_engines_race;
         const auto now = file_size(stdout_path);
         BOOST_TEST(now > last, "the follower of " << id << " received nothing in second " << second.count() + 1
                                                    << " (" << now << " bytes in all)");
@@ -72,6 +87,16 @@ void expect_follower_goes_on(const std::string& dir, const std::string& id, std:
     }
     BOOST_TEST(follower.running(), "the follower ended: " << follower.stderr_text());
     BOOST_TEST_MESSAGE("follower of " << id << ": " << last << " bytes in " << watch.count() + 1 << " s");
+    return Follow::went_on;
+}
+
+void expect_follower_goes_on(const std::string& dir, const std::string& id, std::chrono::seconds watch) {
+    constexpr int tries = 3;
+    for (int attempt = 1; attempt <= tries; ++attempt)
+        if (follow(dir + "/follower-" + id.substr(0, 12) + "-" + std::to_string(attempt), id, watch) ==
+            Follow::went_on)
+            return;
+    BOOST_ERROR("each of " << tries << " followers of " << id << " ended in the engine's rotation race");
 }
 
 }  // namespace
