@@ -113,6 +113,7 @@ RemovalPace::Figures RemovalPace::figures(TimePoint now) const {
     f.latency = smoothed_.value_or(Duration{0});
     for (const auto& [at, latency] : answers_)
         if (at >= horizon) f.latency_max_recent = std::max(f.latency_max_recent, latency);
+    if (!sent_.empty()) f.oldest_in_flight = std::chrono::duration_cast<Duration>(now - *sent_.begin());
     return f;
 }
 

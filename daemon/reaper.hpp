@@ -92,6 +92,7 @@ public:
         std::size_t timeouts_recent = 0;  // within the window
         Duration latency{0};              // smoothed over answers (1/8 per answer, as TCP's SRTT)
         Duration latency_max_recent{0};   // the slowest answer within the window
+        Duration oldest_in_flight{0};     // how long the longest-waiting attempt has waited
     };
     Figures figures(TimePoint now) const;
 

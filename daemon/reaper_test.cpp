@@ -225,6 +225,21 @@ BOOST_AUTO_TEST_CASE(the_pace_follows_the_engine_table) {
     }
 }
 
+// An attempt still unanswered makes the engine slow while every answer so far came fast, and
+// the figures say how long it has waited (the warning names it then).
+BOOST_AUTO_TEST_CASE(an_attempt_waiting_long_is_in_the_figures_until_its_answer) {
+    RemovalPace pace;
+    TimePoint now{std::chrono::hours{1}};
+    std::deque<TimePoint> flying;
+    run_pace(pace, now, flying, "S2 +60 A1 +2440");
+    auto f = pace.figures(now);
+    BOOST_TEST(f.latency_max_recent.count() == 60);
+    BOOST_TEST(f.oldest_in_flight.count() == 2500);
+    BOOST_TEST((pace.pace(now) == EnginePace::slow));
+    run_pace(pace, now, flying, "A1");
+    BOOST_TEST(pace.figures(now).oldest_in_flight.count() == 0);
+}
+
 BOOST_AUTO_TEST_CASE(the_pace_says_when_it_changes_by_time_alone_and_gives_its_figures) {
     RemovalPace pace;
     TimePoint now{std::chrono::hours{1}};
@@ -240,6 +255,7 @@ BOOST_AUTO_TEST_CASE(the_pace_says_when_it_changes_by_time_alone_and_gives_its_f
     BOOST_TEST(f.timeouts_recent == 1u);
     BOOST_TEST(f.latency.count() == 4000);
     BOOST_TEST(f.latency_max_recent.count() == 4000);
+    BOOST_TEST(f.oldest_in_flight.count() == 0);  // nothing in flight
     BOOST_TEST((pace.next_change(now) == timed_out + std::chrono::seconds{10}));
     now = timed_out + std::chrono::seconds{10} + std::chrono::milliseconds{1};
     BOOST_TEST(pace.figures(now).timeouts_recent == 0u);
