@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <vector>
 
 using namespace reaperd::itest;
 
@@ -85,8 +86,7 @@ BOOST_AUTO_TEST_CASE(clients_that_never_read_cannot_take_memory_or_starve_others
         abusers.emplace_back([&] { pipeline_without_reading(daemon.socket, stop); });
     }
     long long peak = baseline;
-    long long slowest_ms = 0;
-    std::size_t probes = 0;
+    std::vector<long long> probe_ms;
     std::size_t failures = 0;
     const auto start = Clock::now();
     while (Clock::now() - start < duration) {
@@ -97,9 +97,8 @@ BOOST_AUTO_TEST_CASE(clients_that_never_read_cannot_take_memory_or_starve_others
             ++failures;
             BOOST_TEST_MESSAGE("status failed: " << e.what());
         }
-        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - asked).count();
-        slowest_ms = std::max<long long>(slowest_ms, ms);
-        ++probes;
+        probe_ms.push_back(
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - asked).count());
         peak = std::max(peak, rss_kib(daemon.pid()));
         std::this_thread::sleep_for(100ms);
     }
@@ -107,10 +106,15 @@ BOOST_AUTO_TEST_CASE(clients_that_never_read_cannot_take_memory_or_starve_others
     for (auto& t : abusers) t.join();
 
     const auto growth_kib = peak - baseline;
+    BOOST_REQUIRE(!probe_ms.empty());
+    std::sort(probe_ms.begin(), probe_ms.end());
+    const long long p50_ms = probe_ms[probe_ms.size() / 2];
+    const long long p90_ms = probe_ms[probe_ms.size() * 9 / 10];
+    const long long slowest_ms = probe_ms.back();
     std::printf("control_abuse: %lld s, 10 clients; RSS %lld -> peak %lld KiB (growth %lld KiB); "
-                "%zu status probes, slowest %lld ms, %zu failed\n",
-                static_cast<long long>(duration.count()), baseline, peak, growth_kib, probes,
-                slowest_ms, failures);
+                "%zu status probes, p50 %lld ms, p90 %lld ms, slowest %lld ms, %zu failed\n",
+                static_cast<long long>(duration.count()), baseline, peak, growth_kib,
+                probe_ms.size(), p50_ms, p90_ms, slowest_ms, failures);
 #if defined(__SANITIZE_ADDRESS__)
     // Under ASan every freed reply sits in its quarantine (256 MiB by default) and the shadow
     // grows with it: RSS grew 442 MB here with the bound in force, so it says nothing about
@@ -119,12 +123,14 @@ BOOST_AUTO_TEST_CASE(clients_that_never_read_cannot_take_memory_or_starve_others
 #else
     BOOST_TEST(growth_kib <= 8 * 1024, "RSS grew " << growth_kib << " KiB");
 #endif
-    // Starved, a status would wait behind the abusers' unread replies until its timeout; served
-    // in turn it takes milliseconds: 13 ms at a load of 9 on 2 cores here, 440 ms once at a load
-    // of 12 on 2 cores (other test runs and builds beside it), so 1 s tells the two apart.
-    constexpr long long slowest_allowed_ms = 1000;
+    // Starved, every status would wait behind the abusers' unread replies until its 10 s
+    // timeout; served in turn one takes milliseconds: the slowest 13 ms at a load of 9 on 2
+    // cores here, 440 ms once at a load of 12 (other test runs and builds beside it). So most
+    // probes within 1 s and none near the timeout tell the two apart, and one probe that a
+    // loaded machine held up does not fail the test.
     BOOST_TEST(failures == 0u);
-    BOOST_TEST(slowest_ms <= slowest_allowed_ms, "slowest status " << slowest_ms << " ms");
+    BOOST_TEST(p90_ms <= 1000, "p90 of status " << p90_ms << " ms");
+    BOOST_TEST(slowest_ms <= 5000, "slowest status " << slowest_ms << " ms");
     BOOST_TEST(daemon.running());
     BOOST_TEST(daemon.ready());
 }
