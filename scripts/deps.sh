@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
 # Installs, from Debian only, whatever the build, the tests and the demo need and is missing.
 # Idempotent: a second run checks with dpkg and installs nothing.
+#
+#   scripts/deps.sh [GROUP...]   GROUP: build, test, fuzz, systemd (default: build test)
+#
+# The groups let a script ask for what it uses only: the README's test command needs build and
+# test, and installs test while it builds (scripts/test.sh); clang and the packaging tools are
+# for the fuzzing and real-systemd stages, which the main suite does not run.
 set -euo pipefail
 
-packages=(
-  cmake g++ make pkg-config ccache
-  libpoco-dev libyaml-cpp-dev libsystemd-dev libboost-test-dev
-  docker.io busybox-static curl tar procps python3-docker docker-compose
-  python3-pytest  # the Python client's tests (python/, tests/python/)
-  openssl python3  # tls_engine_test: its certificates, and engine-guard's free TLS port
-  clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes
-  systemd debootstrap lintian
-  podman runc  # scripts/test-podman.sh: a private Podman engine (README, Supported engines)
-  uidmap slirp4netns rootlesskit  # rootless Podman and Docker as a plain user (README, Rootless engines)
-  prometheus  # prometheus_test: a real Prometheus scrapes reaperd; promtool lints the exposition
+declare -A groups=(
+  [build]="cmake g++ make pkg-config ccache
+           libpoco-dev libyaml-cpp-dev libsystemd-dev libboost-test-dev
+           python3"  # tests/python and tests/consumer find it at configure time
+  # docker.io: each test's private engine; busybox-static: the offline test image;
+  # python3-pytest: the Python client's tests (python/, tests/python/); openssl: tls_engine_test's
+  # certificates; systemd: systemd-analyze for the unit checks; podman and runc: a private
+  # Podman engine (README, Supported engines); uidmap, slirp4netns, rootlesskit: rootless Podman
+  # and Docker as a plain user (README, Rootless engines); prometheus: prometheus_test scrapes
+  # reaperd with a real Prometheus and lints the exposition with promtool.
+  [test]="docker.io busybox-static curl tar procps python3-docker docker-compose
+          python3-pytest openssl systemd podman runc uidmap slirp4netns rootlesskit prometheus"
+  [fuzz]="clang libclang-rt-14-dev"  # scripts/fuzz.sh: libFuzzer and its sanitizer runtimes
+  [systemd]="systemd debootstrap lintian"  # scripts/test-systemd.sh: the .deb and its root fs
 )
-# own_clients_test runs testcontainers-node (scripts/fetch-testcontainers.sh): Debian's Node
-# and npm, unless a Node with its npm is installed already (NodeSource's nodejs carries npm and
-# conflicts with Debian's npm package).
-command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+
+(($#)) || set -- build test
+packages=()
+for group in "$@"; do
+  [ -n "${groups[$group]+set}" ] || { echo "deps: no group '$group' (build, test, fuzz, systemd)" >&2; exit 64; }
+  read -r -a more <<<"$(echo ${groups[$group]})"
+  packages+=("${more[@]}")
+  # own_clients_test runs testcontainers-node (scripts/fetch-testcontainers.sh): Debian's Node
+  # and npm, unless a Node with its npm is installed already (NodeSource's nodejs carries npm
+  # and conflicts with Debian's npm package).
+  if [ "$group" = test ] && ! { command -v node >/dev/null && command -v npm >/dev/null; }; then
+    packages+=(nodejs npm)
+  fi
+done
 
 missing=()
 for p in "${packages[@]}"; do
@@ -26,12 +45,12 @@ for p in "${packages[@]}"; do
 done
 
 if ((${#missing[@]})); then
-  echo "deps: installing ${missing[*]}"
+  echo "deps ($*): installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   # docker.io's and prometheus' postinsts may try to start their system services; the tests
   # never use them (each test starts its own engine and its own Prometheus).
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
-  echo "deps: all present"
+  echo "deps ($*): all present"
 fi

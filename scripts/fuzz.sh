@@ -17,7 +17,7 @@ seconds=${1:-60}
 shift || true
 build=build-fuzz
 
-scripts/deps.sh
+scripts/deps.sh build fuzz
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DREAPER_FUZZ=ON -DREAPER_SANITIZE=ON -DREAPER_BUILD_TESTS=OFF >/dev/null
 cmake --build "$build" --target fuzzers -j"$(nproc)"

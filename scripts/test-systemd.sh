@@ -9,7 +9,7 @@
 # Usage: scripts/test-systemd.sh   (as root)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/deps.sh"
+"$root/scripts/deps.sh" build test systemd
 deb=$("$root/packaging/build-deb.sh" "${REAPERD_DEB_BUILD_DIR:-$root/build-deb}" | tail -n 1)
 echo "package: $deb"
 exec "$root/tests/systemd/run.sh" "$deb"

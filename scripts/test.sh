@@ -23,14 +23,30 @@ while (($#)); do
   shift
 done
 
-scripts/deps.sh
-scripts/fetch-testcontainers.sh  # own_clients_test runs testcontainers-node
-# The engine every integration test of this run starts privately (the host's, Debian 12's).
-echo "test: engine: $(dockerd --version), $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -n 1)"
+began=$SECONDS
+scripts/deps.sh build
+# What only the tests need (engines, Podman, Prometheus, Node, and testcontainers-node for
+# own_clients_test: minutes of downloads on a fresh machine) installs while the build runs; its
+# output is printed once both are done.
+deps_log=$(mktemp /tmp/reaper-deps.XXXXXX)
+{ scripts/deps.sh test && scripts/fetch-testcontainers.sh; } >"$deps_log" 2>&1 &
+deps_pid=$!
+build_began=$SECONDS
 # Let ccache reuse objects across checkouts in different directories (CI clones afresh).
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
-cmake -S . -B "$build" "${cmake_flags[@]}" >/dev/null
-cmake --build "$build" -j"$(nproc)"
+build_status=0
+{ cmake -S . -B "$build" "${cmake_flags[@]}" >/dev/null && cmake --build "$build" -j"$(nproc)"; } ||
+  build_status=$?
+build_s=$((SECONDS - build_began))
+deps_status=0
+wait "$deps_pid" || deps_status=$?
+cat "$deps_log"
+rm -f "$deps_log"
+((deps_status == 0)) || { echo "test.sh: installing what the tests need failed (above)" >&2; exit "$deps_status"; }
+((build_status == 0)) || { echo "test.sh: the build failed (above)" >&2; exit "$build_status"; }
+prepared_s=$((SECONDS - began))
+# The engine every integration test of this run starts privately (the host's, Debian 12's).
+echo "test: engine: $(dockerd --version), $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -n 1)"
 
 # LeakSanitizer reports leaks at exit; detect_leaks is on by default with ASan on Linux.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
@@ -39,7 +55,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # never mistakes another run's engine for one of ours.
 export REAPER_TEST_RUN=run$$
 status=0
+tests_began=$SECONDS
 ctest --test-dir "$build" --output-on-failure -j2 "${ctest_flags[@]}" || status=$?
+echo "test.sh: ${prepared_s} s to install and build (the build alone ${build_s} s), $((SECONDS - tests_began)) s of tests"
 
 # A test that leaves an engine behind is a bug in the test: say so and fail.
 left=$(pgrep -af -- "--data-root /tmp/reaper-engine\.$REAPER_TEST_RUN\." || true)
