@@ -22,7 +22,7 @@ declare -A groups=(
   [test]="docker.io busybox-static curl tar procps python3-docker docker-compose
           python3-pytest openssl systemd podman runc uidmap slirp4netns rootlesskit prometheus"
   [fuzz]="clang libclang-rt-14-dev"  # scripts/fuzz.sh: libFuzzer and its sanitizer runtimes
-  [systemd]="systemd debootstrap lintian"  # scripts/test-systemd.sh: the .deb and its root fs
+  [systemd]="debootstrap lintian"  # scripts/test-systemd.sh (with test): the .deb and its root fs
 )
 
 (($#)) || set -- build test
