@@ -222,11 +222,17 @@ BOOST_AUTO_TEST_CASE(auto_remove_container_disappears_after_exit) {
     BOOST_TEST(client.inspect(id).auto_remove);
     client.start(id);
     auto deadline = Clock::now() + 30s;
+    int server_errors = 0;
     for (;;) {
         try {
             client.inspect(id);
         } catch (const NotFound&) {
             break;
+        } catch (const ServerError& e) {
+            // Podman 4.3 answers an inspect that races its container's exit with a 500 ("read
+            // /proc/<pid>/cgroup: no such process", seen once in CI): asked again, and told.
+            BOOST_TEST_MESSAGE("inspect during the exit: " << e.what());
+            BOOST_REQUIRE(++server_errors <= 3);
         }
         BOOST_REQUIRE(Clock::now() < deadline);
         std::this_thread::sleep_for(50ms);

@@ -75,22 +75,33 @@ Output run(const std::string& command) {
 }
 
 // Numbered lines as a reader printed them: how many, how many do not follow the one before
-// (a line skipped or replayed), and of those how many go back (a replay). A last line without
-// its '\n' is left out: a running reader's output ends where its stdio buffer was last
-// written, often inside a line.
+// (a line skipped or replayed), of those how many go back (a replay), and how many were
+// printed empty between n and n + 2 (n + 1 with its text lost, not a break: Podman 4.3's
+// compat API does so to `docker logs -f` with no cut at all, once in 10 such followers of
+// this test run without cuts, ~780,000 lines; 4 times in all, each a number ending in 43).
+// A last line without its '\n' is left out: a running reader's output ends where its stdio
+// buffer was last written, often inside a line.
 struct LineOrder {
     std::size_t lines = 0;
     std::size_t breaks = 0;
     std::size_t replays = 0;
+    std::size_t blanked = 0;
 };
 LineOrder order_of(std::istream& in) {
     LineOrder order;
     std::uint64_t previous = 0;
+    bool after_blank = false;
     for (std::string line; std::getline(in, line) && !in.eof(); ++order.lines) {
+        if (line.empty() && previous != 0 && !after_blank) {
+            after_blank = true;
+            continue;
+        }
         const std::uint64_t number = std::strtoull(line.c_str(), nullptr, 10);
-        if (previous != 0 && number != previous + 1) ++order.breaks;
+        if (after_blank && number == previous + 2) ++order.blanked;
+        else if (previous != 0 && number != previous + 1) ++order.breaks;
         if (previous != 0 && number <= previous) ++order.replays;
         previous = number;
+        after_blank = false;
     }
     return order;
 }
@@ -138,8 +149,6 @@ public:
         }
     }
 
-    // How many of its lines do not follow the one before (a skip or a replay): 0 = in order.
-    std::size_t out_of_order() const { return order().breaks; }
     LineOrder order() const {
         std::ifstream in(path_);
         return order_of(in);
@@ -591,14 +600,17 @@ std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap:
         const auto followed = follower.last_number();
         seen[i].follower_goes_on = eventually([&] { return follower.last_number() > followed; }, 5s) &&
                                    follower.running();
-        const auto breaks = follower.out_of_order();
+        const auto order = follower.order();
+        // A line printed empty is Podman's, never a cut's (order_of): under Docker it is a break.
+        const auto breaks = order.breaks + (podman ? 0 : order.blanked);
         seen[i].follower_in_order = breaks == 0;
         seen[i].told = "follower " + (seen[i].follower_goes_on ? std::string("goes on")
                                       : follower.running() ? "stalled at line " + std::to_string(follower.last_number())
                                                            : "ended at line " + std::to_string(follower.last_number()) +
                                                                  ": " + follower.last_text().substr(0, 120)) +
                        (breaks ? ", " + std::to_string(breaks) + " breaks in its order (lines skipped or replayed)"
-                               : ", its lines in order");
+                               : ", its lines in order") +
+                       (podman && order.blanked ? " (" + std::to_string(order.blanked) + " printed empty)" : "");
     }
     for (std::size_t i = 0; i < readers.size(); ++i) {
         const std::uint64_t newest_before = driver == "local" ? 0 : newest_number(log);
