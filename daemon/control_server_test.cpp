@@ -209,6 +209,18 @@ std::string read_until_eof(int fd) {
     return all;
 }
 
+// Sends `bytes` on a new connection and parses the last reply the server sends before closing
+// it (an error reply, for the bad requests the tables below send).
+control::Reply last_reply_to(const std::string& socket, std::string_view bytes) {
+    const int fd = connect_raw(socket);
+    send_all(fd, bytes);
+    const auto received = read_until_eof(fd);
+    ::close(fd);
+    const auto last_line_start = received.rfind('\n', received.size() - 2);
+    const auto last = received.substr(last_line_start == std::string::npos ? 0 : last_line_start + 1);
+    return control::parse_reply(std::string_view(last).substr(0, last.size() - 1));
+}
+
 std::string read_line(int fd) {
     std::string line;
     char c;
@@ -421,13 +433,7 @@ BOOST_AUTO_TEST_CASE(malformed_requests_get_an_error_reply_and_the_connection_cl
     };
     for (const auto& c : cases) {
         BOOST_TEST_CONTEXT(c.name) {
-            const int fd = connect_raw(f.config.socket);
-            send_all(fd, c.bytes);
-            const auto received = read_until_eof(fd);
-            ::close(fd);
-            const auto last_line_start = received.rfind('\n', received.size() - 2);
-            const auto last = received.substr(last_line_start == std::string::npos ? 0 : last_line_start + 1);
-            const auto reply = control::parse_reply(std::string_view(last).substr(0, last.size() - 1));
+            const auto reply = last_reply_to(f.config.socket, c.bytes);
             BOOST_TEST(!reply.ok);
             BOOST_TEST(reply.error.find(c.expected_fragment) != std::string::npos, reply.error);
         }
@@ -971,13 +977,7 @@ BOOST_AUTO_TEST_CASE(updates_and_proxy_fields_are_refused_where_they_do_not_belo
     std::size_t leases = 0;
     for (const auto& c : cases) {
         BOOST_TEST_CONTEXT(c.name) {
-            const int fd = connect_raw(f.config.socket);
-            send_all(fd, c.bytes);
-            const auto received = read_until_eof(fd);
-            ::close(fd);
-            const auto last_line_start = received.rfind('\n', received.size() - 2);
-            const auto last = received.substr(last_line_start == std::string::npos ? 0 : last_line_start + 1);
-            const auto reply = control::parse_reply(std::string_view(last).substr(0, last.size() - 1));
+            const auto reply = last_reply_to(f.config.socket, c.bytes);
             BOOST_TEST(!reply.ok);
             BOOST_TEST(reply.error.find(c.expected_fragment) != std::string::npos, reply.error);
             if (c.leased) ++leases;

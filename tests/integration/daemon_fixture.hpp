@@ -264,6 +264,21 @@ inline std::string run_container(const reaper::Labels& labels, bool start = true
     return id;
 }
 
+// Force-removes the containers a test made when it goes out of scope, however the test ends;
+// one already gone (reaped, or removed by the test) is passed over. Declare it before any
+// RemovalPin, so that it runs after the pin is lifted.
+struct Cleanup {
+    std::vector<std::string> ids;
+    ~Cleanup() {
+        for (const auto& id : ids) {
+            try {
+                engine_client().remove(id, {true, true});
+            } catch (const std::exception&) {
+            }
+        }
+    }
+};
+
 inline bool exists(const std::string& id) {
     try {
         engine_client().inspect(id);

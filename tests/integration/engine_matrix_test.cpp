@@ -38,6 +38,7 @@ namespace data = boost::unit_test::data;
 using namespace std::chrono_literals;
 using reaper::test::EngineFront;
 using reaper::test::EngineProfile;
+using reaperd::itest::Cleanup;
 using reaperd::itest::eventually;
 using Clock = std::chrono::steady_clock;
 
@@ -146,20 +147,6 @@ reaper::ContainerSpec sleeper(const std::string& session) {
     if (!session.empty()) spec.labels["reaperd.session"] = session;
     return spec;
 }
-
-// Removes what a case created even when it fails halfway, through the private engine itself.
-struct Cleanup {
-    std::vector<std::string> ids;
-    ~Cleanup() {
-        for (const auto& id : ids) {
-            try {
-                reaperd::itest::engine_client().remove(id, {true, true});
-            } catch (const std::exception&) {
-                // Reaped already.
-            }
-        }
-    }
-};
 
 // The bytes a log holds on disk, as the capper counts them: a punched cut leaves its apparent
 // size growing.

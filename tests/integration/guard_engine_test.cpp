@@ -40,20 +40,6 @@ bool running(const std::string& id) {
     }
 }
 
-// Removes what the test made, whatever happened (after any RemovalPin: declare it first).
-struct Cleanup {
-    std::vector<std::string> ids;
-    ~Cleanup() {
-        for (const auto& id : ids) {
-            try {
-                engine_client().remove(id, {true, true});
-            } catch (const std::exception&) {
-                // Gone already, or reaperd took it.
-            }
-        }
-    }
-};
-
 struct Ran {
     int status = -1;
     std::string output;  // stdout and stderr

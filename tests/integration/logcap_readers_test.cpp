@@ -266,19 +266,7 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     const std::string session = unique_name("readers");
     auto lease = daemon.control().lease(session);
     reaper::Client client{engine().client_options()};
-    std::vector<std::string> created;
-    struct Cleanup {
-        reaper::Client& client;
-        std::vector<std::string>& ids;
-        ~Cleanup() {
-            for (const auto& id : ids) {
-                try {
-                    client.remove(id, {true, true});
-                } catch (const std::exception&) {
-                }
-            }
-        }
-    } cleanup{client, created};
+    reaperd::itest::Cleanup cleanup;
     auto make = [&](const std::string& script, reaper::Labels extra) {
         reaper::ContainerSpec spec;
         spec.name = unique_name("readers");
@@ -289,7 +277,7 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
         spec.labels["reaperd.session"] = session;
         if (!podman) spec.log_config.type = driver;
         auto id = client.create(spec);
-        created.push_back(id);
+        cleanup.ids.push_back(id);
         client.start(id);
         return id;
     };
@@ -568,16 +556,7 @@ std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap:
     spec.labels["reaper.test"] = "logcap-methods";
     if (!podman) spec.log_config.type = driver;
     const std::string id = client.create(spec);
-    struct Remove {
-        reaper::Client& client;
-        const std::string& id;
-        ~Remove() {
-            try {
-                client.remove(id, {true, true});
-            } catch (const std::exception&) {
-            }
-        }
-    } remove{client, id};
+    const reaperd::itest::Cleanup remove{{id}};
     client.start(id);
     const std::string log = driver == "local"
                                 ? engine().data_root() + "/containers/" + id + "/local-logs/container.log"

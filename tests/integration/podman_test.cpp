@@ -83,19 +83,6 @@ std::string ms_since(Clock::time_point start) {
            " ms";
 }
 
-// Removes what a case created, reaped or not.
-struct Cleanup {
-    std::vector<std::string> ids;
-    ~Cleanup() {
-        for (const auto& id : ids) {
-            try {
-                engine_client().remove(id, {true, true});
-            } catch (const std::exception&) {
-            }
-        }
-    }
-};
-
 }  // namespace
 
 BOOST_TEST_GLOBAL_FIXTURE(UsePodman);
