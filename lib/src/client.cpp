@@ -363,6 +363,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     // Set when a connect fails: the engine that comes back may be another version. A flag,
     // not a clear, because connect() also runs inside a negotiation holding version_mutex.
     std::atomic<bool> engine_lost{false};
+    // Whether the engine that last answered is Podman: its every answer names the libpod API
+    // it also serves (Libpod-Api-Version). Read by remove(), whose force differs there.
+    std::atomic<bool> engine_is_podman{false};
 
     struct Response {
         int status = 0;
@@ -568,6 +571,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                 Response result;
                 result.status = static_cast<int>(response.getStatus());
                 result.api_version_header = response.get("API-Version", "");
+                engine_is_podman = response.has("Libpod-Api-Version");
                 // The engine sends some headers early (wait, for one), so a timeout or a
                 // close() can strike inside the body: let the stream rethrow the cause.
                 in.exceptions(std::ios::badbit);
@@ -898,9 +902,20 @@ void Client::kill(const std::string& id, const std::string& signal) {
 }
 
 void Client::remove(const std::string& id, const RemoveOptions& options) {
+    const std::string volumes = options.volumes ? "true" : "false";
+    // Docker's force kills at once. Podman's compat DELETE stops first, waiting the
+    // container's stop timeout (10 s for one its CLI made, or any on Podman 5, where
+    // compat-made ones get 10 s too; 0 on Podman 4.3): measured 10.1 s against 0.1-0.2 s.
+    // Its own libpod DELETE takes that wait as `timeout`, and answers in the same dialect
+    // (404, or 500 with libpod's cause), with 200 and the removed ids.
+    api_version();  // negotiated first: its answer says which engine this is
+    if (options.force && impl_->engine_is_podman) {
+        impl_->call("DELETE", "/libpod/containers/" + url_encode(id) + "?force=true&timeout=0&volumes=" + volumes, "",
+                    {200});
+        return;
+    }
     impl_->call("DELETE",
-                "/containers/" + url_encode(id) + "?force=" + (options.force ? "true" : "false") +
-                    "&v=" + (options.volumes ? "true" : "false"),
+                "/containers/" + url_encode(id) + "?force=" + (options.force ? "true" : "false") + "&v=" + volumes,
                 "", {204});
 }
 

@@ -553,6 +553,53 @@ BOOST_DATA_TEST_CASE(injected_faults_become_typed_errors, bdata::make(faults), f
     client.close();
 }
 
+// A force remove kills at once on either engine. Podman's compat DELETE would first wait
+// the container's stop timeout (10 s measured on Podman 5.4, and on 4.3 for a container its
+// CLI made), so on Podman, known by the Libpod-Api-Version header on its every answer, it
+// goes to libpod's DELETE with no wait; a plain remove stays Docker's call everywhere.
+struct RemoveCase {
+    const char* name;
+    const char* engine_header;  // "" = Docker
+    RemoveOptions options;
+    const char* request;        // the DELETE's request line, up to " HTTP/1.1"
+    std::string reply;
+};
+std::ostream& operator<<(std::ostream& out, const RemoveCase& c) { return out << c.name; }
+
+const RemoveCase remove_cases[] = {
+    {"Docker, force", "", {true, true}, "DELETE /v1.41/containers/abc?force=true&v=true", http(204, "")},
+    {"Docker, plain", "", {false, false}, "DELETE /v1.41/containers/abc?force=false&v=false", http(204, "")},
+    {"Podman, force", "Libpod-Api-Version: 5.4.2\r\n", {true, true},
+     "DELETE /v1.41/libpod/containers/abc?force=true&timeout=0&volumes=true", http(200, R"([{"Id":"abc"}])")},
+    {"Podman, force, no volumes", "Libpod-Api-Version: 4.3.1\r\n", {true, false},
+     "DELETE /v1.41/libpod/containers/abc?force=true&timeout=0&volumes=false", http(200, R"([{"Id":"abc"}])")},
+    {"Podman, plain", "Libpod-Api-Version: 5.4.2\r\n", {false, true}, "DELETE /v1.41/containers/abc?force=false&v=true",
+     http(204, "")},
+};
+
+BOOST_DATA_TEST_CASE(a_force_remove_kills_at_once_in_each_engines_dialect, bdata::make(remove_cases), c) {
+    const std::string header = c.engine_header;
+    const std::string expected = c.request;
+    const std::string reply = c.reply;
+    FakeEngine fake([&](const std::string& line) {
+        if (line.find(" /_ping ") != std::string::npos) return Scripted{http(200, "OK", "API-Version: 1.41\r\n" + header)};
+        if (line.rfind(expected + " ", 0) == 0) return Scripted{reply};
+        return Scripted{http(400, R"({"message":"unexpected request"})", header)};
+    });
+    Client client(fake.options());
+    client.remove("abc", c.options);
+    BOOST_TEST(fake.requests().back().rfind(expected + " ", 0) == 0u, fake.requests().back());
+
+    // libpod's answers for a container that is gone or cannot go read as Docker's.
+    if (header.empty() || !c.options.force) return;
+    FakeEngine gone([&](const std::string& line) {
+        if (line.find(" /_ping ") != std::string::npos) return Scripted{http(200, "OK", "API-Version: 1.41\r\n" + header)};
+        return Scripted{http(404, R"({"cause":"no such container","message":"no container with ID or name \"abc\" found: no such container","response":404})", header)};
+    });
+    Client on_gone(gone.options());
+    BOOST_CHECK_THROW(on_gone.remove("abc", c.options), NotFound);
+}
+
 BOOST_AUTO_TEST_CASE(engine_without_api_version_is_a_protocol_error) {
     FakeEngine fake([](const std::string&) { return Scripted{http(200, R"({"Version":"x"})")}; });
     Client client(fake.options());

@@ -83,6 +83,13 @@ std::string testcontainers_node_modules() {
     return dir;
 }
 
+std::string PrivateEngine::podman_cli(const std::string& args) const {
+    const char* rootless = std::getenv("REAPER_PODMAN_ROOTLESS");
+    if (rootless && *rootless) return "podman --remote --url " + address() + " " + args;
+    return "env CONTAINERS_CONF=" + dir_ + "/containers.conf podman --root " + dir_ + "/root --runroot " + dir_ +
+           "/run --tmpdir " + dir_ + "/tmp --storage-driver vfs " + args;
+}
+
 std::string TestEngine::docker_cli() const { return root.empty() ? "/usr/bin/docker" : root + "/usr/bin/docker"; }
 std::string TestEngine::compose_v2() const { return root.empty() ? "" : root + "/usr/bin/docker-compose"; }
 std::string TestEngine::cli_plugins_dir() const { return root.empty() ? "" : root + "/usr/libexec/docker/cli-plugins"; }

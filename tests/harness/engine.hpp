@@ -73,6 +73,11 @@ public:
     int daemon_pid() const;
     std::string address() const { return "unix://" + socket_path(); }
     ClientOptions client_options() const;
+    // A shell command running the podman CLI with `args` on this Podman: rootful, as its own
+    // process on the service's storage (what `podman logs` is on a host: it reads the file
+    // itself); rootless, through the service's socket (`--remote`), the storage being the
+    // plain user's.
+    std::string podman_cli(const std::string& args) const;
     // "tcp://127.0.0.1:PORT" of an engine made with a tls_dir, else "".
     const std::string& tls_address() const { return tls_address_; }
 

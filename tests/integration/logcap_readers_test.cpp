@@ -489,16 +489,8 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
 // reader of the engine is asked what it gives. Under Podman the readers are the docker CLI on
 // its Docker API and `podman logs` itself.
 
-// The podman CLI on the test's Podman: rootful, as its own process on the service's storage
-// (what `podman logs` is on a host: it reads the file itself); rootless, through the
-// service's socket (`--remote`), the storage being the plain user's.
-std::string podman_cli(const std::string& args) {
-    const std::string& dir = engine().dir();
-    const char* rootless = std::getenv("REAPER_PODMAN_ROOTLESS");
-    if (rootless && *rootless) return "podman --remote --url " + engine().address() + " " + args;
-    return "env CONTAINERS_CONF=" + dir + "/containers.conf podman --root " + dir + "/root --runroot " + dir +
-           "/run --tmpdir " + dir + "/tmp --storage-driver vfs " + args;
-}
+// The podman CLI on the test's Podman (PrivateEngine::podman_cli).
+std::string podman_cli(const std::string& args) { return engine().podman_cli(args); }
 
 struct Reader {
     std::string name;
