@@ -18,9 +18,10 @@ declare -A groups=(
   # certificates; systemd: systemd-analyze for the unit checks; podman and runc: a private
   # Podman engine (README, Supported engines); uidmap, slirp4netns, rootlesskit: rootless Podman
   # and Docker as a plain user (README, Rootless engines); prometheus: prometheus_test scrapes
-  # reaperd with a real Prometheus and lints the exposition with promtool.
+  # reaperd with a real Prometheus and lints the exposition with promtool; patchelf: Debian
+  # 13's Podman run on its own glibc (scripts/fetch-engines.sh podman-trixie).
   [test]="docker.io busybox-static curl tar procps python3-docker docker-compose
-          python3-pytest openssl systemd podman runc uidmap slirp4netns rootlesskit prometheus"
+          python3-pytest openssl systemd podman runc uidmap slirp4netns rootlesskit prometheus patchelf"
   [fuzz]="clang libclang-rt-14-dev"  # scripts/fuzz.sh: libFuzzer and its sanitizer runtimes
   [systemd]="debootstrap lintian"  # scripts/test-systemd.sh (with test): the .deb and its root fs
 )

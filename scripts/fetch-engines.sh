@@ -8,6 +8,13 @@
 #           moves: if it no longer fetches or runs on this machine, that is said in one line
 #           and written to <cache>/sid/unavailable, and the script still succeeds; the harness
 #           and scripts/test-engine.sh docker-sid then say so instead of running.
+#   podman-trixie
+#           Debian 13's podman (5.4) with its netavark and aardvark-dns, for
+#           scripts/test-podman.sh --engine trixie: required. Built against glibc 2.38+, these
+#           run here on Debian 13's own glibc, fetched beside them: patchelf points each at that
+#           loader and library dir (libc6 and the libraries podman links that Debian 12 has
+#           too old or not at all). <cache>/podman-trixie/bin/podman runs it, with conmon and
+#           runc from Debian 12 (scripts/deps.sh) and its network helpers from the same dir.
 #
 # The host's apt sources are never changed: each suite has an apt state of its own (its own
 # sources file, lists and archive cache under <cache>/<suite>), and `apt-get download` only
@@ -30,16 +37,33 @@ suites=()
 while (($#)); do
   case "$1" in
     --refresh) refresh=true ;;
-    trixie | sid) suites+=("$1") ;;
-    *) echo "usage: $0 [--refresh] [trixie|sid...]" >&2; exit 64 ;;
+    trixie | sid | podman-trixie) suites+=("$1") ;;
+    *) echo "usage: $0 [--refresh] [trixie|sid|podman-trixie...]" >&2; exit 64 ;;
   esac
   shift
 done
 ((${#suites[@]})) || suites=(trixie sid)
-packages=(docker.io docker-cli docker-compose)
 
-# check SUITE: prints "<engine> / <cli> / <compose>" if all three run, else fails saying which.
+# packages SUITE: the .debs it takes.
+packages() {
+  case "$1" in
+    podman-trixie)
+      echo podman netavark aardvark-dns libc6 libgpgme11t64 libassuan9 libgpg-error0 libseccomp2 \
+        libsqlite3-0 libsubid5 libaudit1 libcap-ng0 libselinux1 libpcre2-8-0 libsemanage2 libbsd0 libmd0 \
+        libsystemd0 libcap2 libzstd1 liblzma5 liblz4-1 libgcrypt20 ;;
+    *) echo docker.io docker-cli docker-compose ;;
+  esac
+}
+
+# check SUITE: prints what it holds ("<engine> / <cli> / <compose>" for a Docker) if it runs,
+# else fails saying what does not.
 check() {
+  if [ "$1" = podman-trixie ]; then
+    local podman
+    podman=$("$cache/$1/bin/podman" --version 2>&1) || { echo "podman does not run: $podman"; return 1; }
+    echo "$podman"
+    return
+  fi
   local root=$cache/$1/root engine cli compose
   engine=$("$root/usr/sbin/dockerd" --version 2>&1) || { echo "dockerd does not run: $engine"; return 1; }
   cli=$("$root/usr/bin/docker" --version 2>&1) || { echo "docker does not run: $cli"; return 1; }
@@ -49,24 +73,45 @@ check() {
   echo "dockerd: $engine; cli: $cli; compose: $compose"
 }
 
-# fetch SUITE: a private apt state, the three .debs, unpacked afresh.
+# fetch SUITE: a private apt state, the suite's .debs, unpacked afresh.
 fetch() {
   local suite=$1 dir=$cache/$1
   mkdir -p "$dir/src" "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/debs"
   printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-    "$suite" >"$dir/src/debian.sources"
+    "${suite#podman-}" >"$dir/src/debian.sources"
   local apt=(apt-get -q -o "Dir::Etc::sourcelist=/dev/null" -o "Dir::Etc::sourceparts=$dir/src"
              -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache")
   "${apt[@]}" update >"$dir/fetch.log" 2>&1 || return 1
   rm -f "$dir"/debs/*.deb
   # As root, apt warns that its _apt user cannot write here; the download is done anyway.
-  (cd "$dir/debs" && "${apt[@]}" download "${packages[@]}") >>"$dir/fetch.log" 2>&1 || return 1
+  local debs
+  read -r -a debs <<<"$(packages "$suite")"
+  (cd "$dir/debs" && "${apt[@]}" download "${debs[@]}") >>"$dir/fetch.log" 2>&1 || return 1
   rm -rf "$dir/root.new"
   local deb
   for deb in "$dir"/debs/*.deb; do dpkg-deb -x "$deb" "$dir/root.new" || return 1; done
   rm -rf "$dir/root"
   mv "$dir/root.new" "$dir/root"
   (cd "$dir/debs" && ls -1 ./*.deb | sed 's|^\./||') >"$dir/debs.list"
+  [ "$suite" != podman-trixie ] || link_podman "$dir" >>"$dir/fetch.log" 2>&1
+}
+
+# link_podman DIR: DIR/libexec holds podman and its network helpers, each patched to load with
+# the suite's own glibc (DT_RPATH, which the libraries they load inherit, unlike DT_RUNPATH),
+# and DIR/bin/podman runs it. CONTAINERS_HELPER_BINARY_DIR points Podman at those helpers;
+# the cgroups v1 warning (this host's hybrid cgroups) would be in every test's output.
+link_podman() {
+  local dir=$1 lib=$1/root/usr/lib/x86_64-linux-gnu tool
+  rm -rf "$dir/libexec" "$dir/bin"
+  mkdir -p "$dir/libexec" "$dir/bin"
+  for tool in usr/bin/podman usr/lib/podman/netavark usr/lib/podman/aardvark-dns; do
+    cp "$dir/root/$tool" "$dir/libexec/" || return 1
+    patchelf --set-interpreter "$lib/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$lib" \
+      "$dir/libexec/$(basename "$tool")" || return 1
+  done
+  printf '#!/bin/sh\nexport PODMAN_IGNORE_CGROUPSV1_WARNING=1 CONTAINERS_HELPER_BINARY_DIR=%s\nexec %s "$@"\n' \
+    "$dir/libexec" "$dir/libexec/podman" >"$dir/bin/podman"
+  chmod +x "$dir/bin/podman"
 }
 
 status=0
@@ -76,7 +121,7 @@ for suite in "${suites[@]}"; do
   why=""
   if $refresh || ! check "$suite" >/dev/null 2>&1; then
     fetch "$suite" ||
-      why="apt could not fetch ${packages[*]} from $suite: $(tail -n 3 "$dir/fetch.log" 2>/dev/null | tr '\n' ' ')"
+      why="could not fetch or set up $(packages "$suite") from $suite: $(tail -n 3 "$dir/fetch.log" 2>/dev/null | tr '\n' ' ')"
   fi
   if [ -z "$why" ]; then
     if found=$(check "$suite"); then

@@ -10,6 +10,10 @@
 #   scripts/test-podman.sh                the normal build (build/), shared with scripts/test.sh
 #   scripts/test-podman.sh --rootless     the same tests against a rootless Podman, run as the
 #                                         plain user reaperd-test (REAPER_PODMAN_ROOTLESS=1)
+#   scripts/test-podman.sh --engine trixie
+#                                         the same tests (rootful) against Debian 13's Podman 5.4,
+#                                         fetched by scripts/fetch-engines.sh podman-trixie and
+#                                         first in PATH, so the guard and the tests run it
 #   scripts/test-podman.sh --build DIR    another build dir
 #   extra arguments after -- go to ctest, e.g. scripts/test-podman.sh -- -R podman_test
 set -euo pipefail
@@ -17,17 +21,29 @@ cd "$(dirname "$0")/.."
 
 build=build
 ctest_flags=()
+engine=""
+usage="usage: $0 [--rootless | --engine trixie] [--build DIR] [-- CTEST_ARGS...]"
 while (($#)); do
   case "$1" in
     --build) build=$2; shift ;;
     --rootless) export REAPER_PODMAN_ROOTLESS=1 ;;
+    --engine) engine=${2:-}; [ "$engine" = trixie ] || { echo "$usage" >&2; exit 64; }; shift ;;
     --) shift; ctest_flags+=("$@"); break ;;
-    *) echo "usage: $0 [--rootless] [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+    *) echo "$usage" >&2; exit 64 ;;
   esac
   shift
 done
+# The rootless guard runs the plain user's podman with a PATH of its own: Debian 12's.
+if [ -n "$engine" ] && [ -n "${REAPER_PODMAN_ROOTLESS:-}" ]; then
+  echo "test-podman.sh: --engine trixie runs rootful only" >&2
+  exit 64
+fi
 
 scripts/deps.sh
+if [ -n "$engine" ]; then
+  scripts/fetch-engines.sh "podman-$engine"
+  export PATH=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines/podman-$engine/bin:$PATH
+fi
 # Let ccache reuse objects across checkouts in different directories (CI clones afresh).
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
