@@ -19,7 +19,8 @@ declare -A groups=(
   # Podman engine (README, Supported engines); uidmap, slirp4netns, rootlesskit: rootless Podman
   # and Docker as a plain user (README, Rootless engines); prometheus: prometheus_test scrapes
   # reaperd with a real Prometheus and lints the exposition with promtool; patchelf: Debian
-  # 13's Podman run on its own glibc (scripts/fetch-engines.sh podman-trixie).
+  # 13's and unstable's Podman run on their own glibc (scripts/fetch-engines.sh podman-trixie,
+  # podman-sid).
   [test]="docker.io busybox-static curl tar procps python3-docker docker-compose
           python3-pytest openssl systemd podman runc uidmap slirp4netns rootlesskit prometheus patchelf"
   [fuzz]="clang libclang-rt-14-dev"  # scripts/fuzz.sh: libFuzzer and its sanitizer runtimes

@@ -15,6 +15,10 @@
 #           loader and library dir (libc6 and the libraries podman links that Debian 12 has
 #           too old or not at all). <cache>/podman-trixie/bin/podman runs it, with conmon and
 #           runc from Debian 12 (scripts/deps.sh) and its network helpers from the same dir.
+#   podman-sid
+#           Debian unstable's podman (5.8 when this was written, serving API 1.44), set up the
+#           same way on unstable's glibc, for scripts/test-podman.sh --engine sid. Unstable
+#           moves: like sid, optional.
 #
 # The host's apt sources are never changed: each suite has an apt state of its own (its own
 # sources file, lists and archive cache under <cache>/<suite>), and `apt-get download` only
@@ -37,8 +41,8 @@ suites=()
 while (($#)); do
   case "$1" in
     --refresh) refresh=true ;;
-    trixie | sid | podman-trixie) suites+=("$1") ;;
-    *) echo "usage: $0 [--refresh] [trixie|sid|podman-trixie...]" >&2; exit 64 ;;
+    trixie | sid | podman-trixie | podman-sid) suites+=("$1") ;;
+    *) echo "usage: $0 [--refresh] [trixie|sid|podman-trixie|podman-sid...]" >&2; exit 64 ;;
   esac
   shift
 done
@@ -51,6 +55,12 @@ packages() {
       echo podman netavark aardvark-dns libc6 libgpgme11t64 libassuan9 libgpg-error0 libseccomp2 \
         libsqlite3-0 libsubid5 libaudit1 libcap-ng0 libselinux1 libpcre2-8-0 libsemanage2 libbsd0 libmd0 \
         libsystemd0 libcap2 libzstd1 liblzma5 liblz4-1 libgcrypt20 ;;
+    # What podman links in unstable (its libgpgme and libsubid are newer sonames), found with
+    # the suite's loader: ld-linux-x86-64.so.2 --library-path <lib dir> --list podman.
+    podman-sid)
+      echo podman netavark aardvark-dns libc6 libgcc-s1 libgpgme45 libassuan9 libgpg-error0 libseccomp2 \
+        libsqlite3-0 libsubid6 libacl1 libaudit1 libbsd0 libcrypt1 libpam0g libselinux1 libsemanage2 \
+        libsepol2 libsystemd0 libcap-ng0 libpcre2-8-0 libbz2-1.0 libmd0 ;;
     *) echo docker.io docker-cli docker-compose ;;
   esac
 }
@@ -58,7 +68,7 @@ packages() {
 # check SUITE: prints what it holds ("<engine> / <cli> / <compose>" for a Docker) if it runs,
 # else fails saying what does not.
 check() {
-  if [ "$1" = podman-trixie ]; then
+  if [[ $1 == podman-* ]]; then
     local podman
     podman=$("$cache/$1/bin/podman" --version 2>&1) || { echo "podman does not run: $podman"; return 1; }
     echo "$podman"
@@ -93,7 +103,7 @@ fetch() {
   rm -rf "$dir/root"
   mv "$dir/root.new" "$dir/root"
   (cd "$dir/debs" && ls -1 ./*.deb | sed 's|^\./||') >"$dir/debs.list"
-  [ "$suite" != podman-trixie ] || link_podman "$dir" >>"$dir/fetch.log" 2>&1
+  [[ $suite != podman-* ]] || link_podman "$dir" >>"$dir/fetch.log" 2>&1
 }
 
 # link_podman DIR: DIR/libexec holds podman and its network helpers, each patched to load with
@@ -131,10 +141,10 @@ for suite in "${suites[@]}"; do
     fi
     why="$suite's engine does not run on this machine: $found"
   fi
-  if [ "$suite" = sid ]; then
+  if [[ $suite == *sid ]]; then
     mkdir -p "$dir"
     echo "$why" >"$dir/unavailable"
-    echo "fetch-engines: sid: UNAVAILABLE, its stage is skipped: $why"
+    echo "fetch-engines: $suite: UNAVAILABLE, its stage is skipped: $why"
   else
     echo "fetch-engines: $suite: FAILED: $why" >&2
     status=1

@@ -15,6 +15,10 @@
 #                                         by scripts/fetch-engines.sh podman-trixie and first in
 #                                         PATH, so the guard and the tests run it; with
 #                                         --rootless, rootless Podman 5.4
+#   scripts/test-podman.sh --engine sid   the same against Debian unstable's Podman (5.8, API
+#                                         1.44, when this was written; fetch-engines.sh
+#                                         podman-sid). Unstable moves: when it no longer fetches
+#                                         or runs here, this says so and exits 0 without running
 #   scripts/test-podman.sh --build DIR    another build dir
 #   extra arguments after -- go to ctest, e.g. scripts/test-podman.sh -- -R podman_test
 set -euo pipefail
@@ -23,12 +27,12 @@ cd "$(dirname "$0")/.."
 build=build
 ctest_flags=()
 engine=""
-usage="usage: $0 [--rootless] [--engine trixie] [--build DIR] [-- CTEST_ARGS...]"
+usage="usage: $0 [--rootless] [--engine trixie|sid] [--build DIR] [-- CTEST_ARGS...]"
 while (($#)); do
   case "$1" in
     --build) build=$2; shift ;;
     --rootless) export REAPER_PODMAN_ROOTLESS=1 ;;
-    --engine) engine=${2:-}; [ "$engine" = trixie ] || { echo "$usage" >&2; exit 64; }; shift ;;
+    --engine) engine=${2:-}; [[ $engine == trixie || $engine == sid ]] || { echo "$usage" >&2; exit 64; }; shift ;;
     --) shift; ctest_flags+=("$@"); break ;;
     *) echo "$usage" >&2; exit 64 ;;
   esac
@@ -38,7 +42,12 @@ done
 scripts/deps.sh
 if [ -n "$engine" ]; then
   scripts/fetch-engines.sh "podman-$engine"
-  export PATH=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines/podman-$engine/bin:$PATH
+  cache=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines/podman-$engine
+  if [ -e "$cache/unavailable" ]; then
+    echo "test-podman: podman-$engine: SKIPPED, the engine is unavailable on this machine: $(cat "$cache/unavailable")"
+    exit 0
+  fi
+  export PATH=$cache/bin:$PATH
 fi
 # Let ccache reuse objects across checkouts in different directories (CI clones afresh).
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1

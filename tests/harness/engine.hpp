@@ -16,7 +16,8 @@ namespace reaper::test {
 //   docker-trixie   Debian 13's Docker 26.1, with its own CLI and Compose v2
 //   docker-sid      Debian unstable's Docker (28.5 when this was written), its CLI and Compose v2
 //   podman          the podman first in PATH (`podman system service`): Debian 12's 4.3, or
-//                   Debian 13's 5.4 under scripts/test-podman.sh --engine trixie
+//                   Debian 13's 5.4 under scripts/test-podman.sh --engine trixie, or Debian
+//                   unstable's (5.8 when this was written) under --engine sid
 // The two newer Dockers are unpacked by scripts/fetch-engines.sh into
 // $REAPERD_TEST_CACHE/engines/<suite>/root (default /var/cache/reaperd-test). Any other value,
 // or an engine not fetched (or fetched and found not to run here), fails the test that asks,

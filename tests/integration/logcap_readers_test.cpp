@@ -587,29 +587,41 @@ std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap:
         const std::uint64_t newest_before = driver == "local" ? 0 : newest_number(log);
         const int dockerd = podman ? -1 : engine().daemon_pid();
         const auto ticks_before = dockerd > 0 ? cpu_ticks(dockerd) : 0;
-        auto tail = run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1");
-        // Podman 4.3's k8s-file reader fails now and then behind a live writer, cut or not
-        // ("unable to read log file ... is not a valid container log line": README, Rootless
-        // engines; once here a one-line answer beside two CPU-bound loops): an answer that is an
-        // error is asked again, at most twice, and told with its text.
-        int podman_read_errors = 0;
-        std::string first_error;
-        while (podman && podman_read_errors < 2 && tail.text.find("rror") != std::string::npos) {
-            if (!podman_read_errors++) first_error = tail.text.substr(0, 200);
-            tail = run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1");
+        const auto ask_tail = [&] { return run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1"); };
+        const auto numbers_in = [](const Output& answer) {
+            std::vector<std::uint64_t> numbers;
+            std::istringstream text(answer.text);
+            for (std::string line; std::getline(text, line);)
+                numbers.push_back(std::strtoull(line.c_str(), nullptr, 10));
+            return numbers;
+        };
+        const auto whole = [&](const Output& answer, const std::vector<std::uint64_t>& numbers) {
+            return answer.took < 1000ms && numbers.size() == 200u && consecutive(numbers) &&
+                   numbers.back() >= newest_before;
+        };
+        auto tail = ask_tail();
+        auto lines = numbers_in(tail);
+        // Podman's own k8s-file reader is not whole now and then behind a live writer, cut or
+        // not: 4.3 answers "unable to read log file ... is not a valid container log line"
+        // (README, Rootless engines; once here a one-line answer beside two CPU-bound loops),
+        // and 5.8's `--tail 200` gave 400 lines, or 358 out of order, in 1-2 of 100 tries with no
+        // cut at all. A Podman answer that is not whole is asked again, at most twice, and told
+        // with its text.
+        int podman_retries = 0;
+        std::string first_answer;
+        while (podman && podman_retries < 2 && !whole(tail, lines)) {
+            if (!podman_retries++) first_answer = tail.text.substr(0, 200);
+            tail = ask_tail();
+            lines = numbers_in(tail);
         }
         const auto ticks = dockerd > 0 ? cpu_ticks(dockerd) - ticks_before : 0;
-        std::vector<std::uint64_t> lines;
-        std::istringstream text(tail.text);
-        for (std::string line; std::getline(text, line);) lines.push_back(std::strtoull(line.c_str(), nullptr, 10));
-        seen[i].tail_whole = tail.took < 1000ms && lines.size() == 200u && consecutive(lines) &&
-                             lines.back() >= newest_before;
+        seen[i].tail_whole = whole(tail, lines);
         const auto plain = run("timeout 6 " + readers[i].cli("logs " + id) + " 2>/dev/null");
         std::istringstream plain_text(plain.text);
         const auto plain_order = order_of(plain_text);
         seen[i].told += "; --tail 200: " +
-                        (podman_read_errors ? "(Podman's reader failed " + std::to_string(podman_read_errors) +
-                                                  " time(s) first: " + first_error + ") "
+                        (podman_retries ? "(Podman's reader was not whole " + std::to_string(podman_retries) +
+                                                  " time(s) first: " + first_answer + ") "
                                             : std::string()) +
                         (lines.size() == 200u ? "" : "[" + tail.text.substr(0, 200) + "] ") +
                         std::to_string(lines.size()) + " lines" +

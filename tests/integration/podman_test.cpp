@@ -1,5 +1,6 @@
 // reaperd and the client against Podman (issue 12): Debian 12's podman 4.3.1 serving its
-// Docker-compatible API (`podman system service`), run privately by tests/harness/podman-guard.
+// Docker-compatible API (`podman system service`), run privately by tests/harness/podman-guard;
+// also Debian 13's 5.4 and Debian unstable's 5.8 (scripts/test-podman.sh --engine trixie|sid).
 // This process always uses Podman, whatever REAPER_TEST_ENGINE says; scripts/test-podman.sh
 // runs it, with the engine-neutral cases of the other integration tests under
 // REAPER_TEST_ENGINE=podman (the list is in tests/CMakeLists.txt).
@@ -37,7 +38,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -87,17 +90,32 @@ std::string ms_since(Clock::time_point start) {
 
 BOOST_TEST_GLOBAL_FIXTURE(UsePodman);
 
-BOOST_AUTO_TEST_CASE(the_engine_is_podman_speaking_docker_api_1_41) {
+// The Podman releases the suite runs on, and the Docker API each serves (its /version's
+// ApiVersion; MinAPIVersion is 1.24 in all three).
+struct PodmanRelease {
+    std::string_view version_prefix;
+    std::string_view api_version;
+};
+constexpr PodmanRelease podman_releases[] = {
+    {"4.3.", "1.41"},  // Debian 12
+    {"5.4.", "1.41"},  // Debian 13, scripts/test-podman.sh --engine trixie
+    {"5.8.", "1.44"},  // Debian unstable, scripts/test-podman.sh --engine sid
+};
+
+BOOST_AUTO_TEST_CASE(the_engine_is_podman_speaking_the_docker_api_of_its_release) {
     BOOST_TEST_REQUIRE(engine().kind() == EngineKind::podman);
     auto& client = engine_client();
-    BOOST_TEST(client.api_version() == "1.41");
     auto version = client.version();
     BOOST_TEST_MESSAGE("podman " << version.version << ", API " << version.min_api_version << "-"
                                  << version.api_version);
-    BOOST_TEST(version.api_version == "1.41");
+    const auto* release = std::find_if(std::begin(podman_releases), std::end(podman_releases), [&](const auto& r) {
+        return version.version.rfind(r.version_prefix, 0) == 0u;
+    });
+    BOOST_TEST_REQUIRE((release != std::end(podman_releases)),
+                       "Podman " << version.version << ": add its release here");
+    BOOST_TEST(version.api_version == release->api_version);
     BOOST_TEST(version.min_api_version == "1.24");
-    // Podman 4.3 (Debian 12) or 5.4 (Debian 13, scripts/test-podman.sh --engine trixie).
-    BOOST_TEST((version.version.rfind("4.3.", 0) == 0u || version.version.rfind("5.4.", 0) == 0u), version.version);
+    BOOST_TEST(client.api_version() == release->api_version);
     // The graph root is what /info names as DockerRootDir, as dockerd names its data root.
     BOOST_TEST(client.info().docker_root_dir == engine().data_root());
 }
