@@ -80,25 +80,30 @@ Output run(const std::string& command) {
 // compat API does so to `docker logs -f` with no cut at all, once in 10 such followers of
 // this test run without cuts, ~780,000 lines; 4 times in all, each a number ending in 43).
 // A last line without its '\n' is left out: a running reader's output ends where its stdio
-// buffer was last written, often inside a line.
+// buffer was last written, often inside a line. The first few breaks are kept as "n -> m", to
+// be told. `from_second_line`: the first line is counted, not judged (a follower's --tail line).
 struct LineOrder {
     std::size_t lines = 0;
     std::size_t breaks = 0;
     std::size_t replays = 0;
     std::size_t blanked = 0;
+    std::string first_breaks;
 };
-LineOrder order_of(std::istream& in) {
+LineOrder order_of(std::istream& in, bool from_second_line = false) {
     LineOrder order;
     std::uint64_t previous = 0;
     bool after_blank = false;
     for (std::string line; std::getline(in, line) && !in.eof(); ++order.lines) {
+        if (from_second_line && order.lines == 0) continue;
         if (line.empty() && previous != 0 && !after_blank) {
             after_blank = true;
             continue;
         }
         const std::uint64_t number = std::strtoull(line.c_str(), nullptr, 10);
         if (after_blank && number == previous + 2) ++order.blanked;
-        else if (previous != 0 && number != previous + 1) ++order.breaks;
+        else if (previous != 0 && number != previous + 1 && ++order.breaks <= 3)
+            order.first_breaks += (order.first_breaks.empty() ? "" : ", ") + std::to_string(previous) + " -> " +
+                                  std::to_string(number);
         if (previous != 0 && number <= previous) ++order.replays;
         previous = number;
         after_blank = false;
@@ -149,9 +154,9 @@ public:
         }
     }
 
-    LineOrder order() const {
+    LineOrder order(bool from_second_line = false) const {
         std::ifstream in(path_);
-        return order_of(in);
+        return order_of(in, from_second_line);
     }
 
 private:
@@ -209,8 +214,11 @@ bool consecutive(const std::vector<std::uint64_t>& numbers) {
 }
 
 // The newest log kept on disk, read as a user could: from the first data past the holes
-// (SEEK_DATA). Read again when a cut came in the middle of the read.
-std::uint64_t readable_newest_bytes(const std::string& path, std::vector<std::uint64_t>& numbers) {
+// (SEEK_DATA). Read again when a cut came in the middle of the read. `told`, when given, says
+// what the last read found: where its data began, how much was read and parsed, and the text
+// that ended the parse.
+std::uint64_t readable_newest_bytes(const std::string& path, std::vector<std::uint64_t>& numbers,
+                                    std::string* told = nullptr) {
     std::uint64_t bytes = 0;
     for (int attempt = 0; attempt < 5; ++attempt) {
         int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -224,6 +232,15 @@ std::uint64_t readable_newest_bytes(const std::string& path, std::vector<std::ui
         }
         ::close(fd);
         numbers = numbers_in_log(text, bytes);
+        if (told) {
+            const auto first_line_end = std::min(text.size(), text.find('\n') + 1);
+            std::string after = text.substr(std::min(text.size(), first_line_end + bytes), 100);
+            for (auto& c : after)
+                if (c == '\0') c = '@';
+            *told = "attempt " + std::to_string(attempt + 1) + ": data from byte " + std::to_string(data) + ", " +
+                    std::to_string(text.size()) + " bytes read, " + std::to_string(bytes) +
+                    " parsed after the first line, then [" + after + "] (a NUL shown as @)";
+        }
         // Whole: every complete line after the first parsed (no hole punched into the read).
         if (consecutive(numbers) && bytes + 2 * 4096 >= text.size() - std::min(text.size(), text.find('\n')))
             return bytes;
@@ -428,10 +445,11 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     BOOST_TEST(max_allocated <= (lagging_follower_may_end && !realtime ? 4 * cap : cap + cap / 10));
     if (driver == "json-file") {
         std::vector<std::uint64_t> kept;
-        const auto readable = readable_newest_bytes(log, kept);
+        std::string read_told;
+        const auto readable = readable_newest_bytes(log, kept, &read_told);
         BOOST_TEST_MESSAGE(what << ": newest readable past the holes " << readable << " bytes, " << kept.size()
                                 << " lines");
-        BOOST_TEST(readable >= cap / 2);
+        BOOST_TEST(readable >= cap / 2, read_told);
         BOOST_TEST(consecutive(kept));
     } else {
         // The local driver's frames are not read here: what --tail gives of the kept part. A
@@ -571,7 +589,17 @@ std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap:
         const auto followed = follower.last_number();
         seen[i].follower_goes_on = eventually([&] { return follower.last_number() > followed; }, 5s) &&
                                    follower.running();
-        const auto order = follower.order();
+        // Podman hands `logs -f --tail 1` over from its tail line to the followed ones with
+        // lines skipped now and then, cut or not: with no cut, `docker logs -f --tail 1` through
+        // its compat API skipped 129-400 lines (most often one burst of the writer, 200) right
+        // after its first line in 2 of 100 followers on 5.8 beside three CPU-bound loops, and on
+        // 4.3, 5.4 and 5.8 in 9, 13 and 6 of 100 with three such runs beside them; never later
+        // in a follower. It failed this test once in CI. `podman logs` runs the same libpod
+        // reader. So a Podman follower's order is judged from its second line, and a break
+        // before it is told.
+        const auto whole_order = follower.order();
+        const auto order = podman ? follower.order(true) : whole_order;
+        const bool handover_break = whole_order.breaks > order.breaks;
         // A line printed empty is Podman's, never a cut's (order_of): under Docker it is a break.
         const auto breaks = order.breaks + (podman ? 0 : order.blanked);
         seen[i].follower_in_order = breaks == 0;
@@ -579,8 +607,13 @@ std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap:
                                       : follower.running() ? "stalled at line " + std::to_string(follower.last_number())
                                                            : "ended at line " + std::to_string(follower.last_number()) +
                                                                  ": " + follower.last_text().substr(0, 120)) +
-                       (breaks ? ", " + std::to_string(breaks) + " breaks in its order (lines skipped or replayed)"
+                       (breaks ? ", " + std::to_string(breaks) + " breaks in its order (lines skipped or replayed: " +
+                                     order.first_breaks + ")"
                                : ", its lines in order") +
+                       (handover_break ? "; between its --tail line and the first followed one " +
+                                             whole_order.first_breaks.substr(0, whole_order.first_breaks.find(',')) +
+                                             " (Podman's handover, not judged)"
+                                       : "") +
                        (podman && order.blanked ? " (" + std::to_string(order.blanked) + " printed empty)" : "");
     }
     for (std::size_t i = 0; i < readers.size(); ++i) {
