@@ -183,21 +183,34 @@ std::uint64_t cpu_ticks(int pid) {
 }
 
 // The numbers carried by the log lines in `text`, from its first complete line: json-file's
-// {"log":"N\n",...}, or Podman's k8s-file `<time> stdout F N`. Stops at the first line that
-// is neither (a hole's NULs, a torn line).
+// {"log":"N\n",...}, or Podman's k8s-file `<time> stdout F N`, whose conmon writes a line in
+// parts (`P`, then the last `F`) when its read of the container's pipe ends inside the line:
+// a busy conmon behind the slow writer does (seen on 5.8 beside three CPU-bound loops); the
+// parts that end a first line written in parts are left out with it. Stops at the first line
+// that is none of these (a hole's NULs, a torn line).
 std::vector<std::uint64_t> numbers_in_log(const std::string& text, std::uint64_t& bytes) {
     std::vector<std::uint64_t> numbers;
     bytes = 0;
     const std::string json_key = "{\"log\":\"";
     const std::string k8s_key = " stdout F ";
-    for (std::size_t at = text.find('\n'); at != std::string::npos && at + 1 < text.size();) {
+    const std::string k8s_part_key = " stdout P ";
+    std::string parts;
+    const auto first_end = text.find('\n');
+    bool first_line_parts =
+        first_end != std::string::npos && text.substr(0, first_end).find(k8s_part_key) != std::string::npos;
+    for (std::size_t at = first_end; at != std::string::npos && at + 1 < text.size();) {
         auto end = text.find('\n', at + 1);
         if (end == std::string::npos) break;
         std::string line = text.substr(at + 1, end - at - 1);
         if (line.rfind(json_key, 0) == 0) {
             numbers.push_back(std::strtoull(line.c_str() + json_key.size(), nullptr, 10));
         } else if (auto k8s = line.find(k8s_key); k8s != std::string::npos && line[0] != '\0') {
-            numbers.push_back(std::strtoull(line.c_str() + k8s + k8s_key.size(), nullptr, 10));
+            parts += line.substr(k8s + k8s_key.size());
+            if (!first_line_parts) numbers.push_back(std::strtoull(parts.c_str(), nullptr, 10));
+            first_line_parts = false;
+            parts.clear();
+        } else if (auto part = line.find(k8s_part_key); part != std::string::npos && line[0] != '\0') {
+            parts += line.substr(part + k8s_part_key.size());
         } else {
             break;
         }
@@ -257,13 +270,10 @@ std::uint64_t newest_number(const std::string& path) {
     std::string text(static_cast<std::size_t>(size - from), '\0');
     in.seekg(from);
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    // The last complete line: the engine may be writing the next one.
-    const auto end = text.rfind('\n');
-    if (end == std::string::npos || end == 0) return 0;
-    const auto before = text.rfind('\n', end - 1);
-    const auto begin = before == std::string::npos ? 0 : before + 1;
+    // The last complete line (the engine may be writing the next one), with its parts when
+    // Podman's conmon wrote it in parts; the read's first line is whole only at the file's start.
     std::uint64_t bytes = 0;
-    const auto numbers = numbers_in_log("\n" + text.substr(begin, end + 1 - begin), bytes);
+    const auto numbers = numbers_in_log(from == 0 ? "\n" + text : text, bytes);
     return numbers.empty() ? 0 : numbers.back();
 }
 
