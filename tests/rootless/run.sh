@@ -46,12 +46,20 @@ cp "$reaperd_bin" "$reaperctl_bin" "$dir/bin/"
 chmod 0755 "$dir/bin" "$dir/bin/"*
 chown "$user:" "$home" "$runtime"
 
+# The Podman in the caller's PATH is the user's: scripts/test-podman.sh --engine trixie|sid puts
+# Podman 5.4 or 5.8 there (a wrapper under /var/cache/reaperd-test, readable by every user).
+engine_bin_dir=""
+if [ "$engine" = podman ]; then
+  engine_bin_dir=$(dirname "$(command -v podman)")
+  [ "$engine_bin_dir" = /usr/bin ] && engine_bin_dir=""
+fi
 as_user=(setpriv --reuid="$user" --regid="$user" --init-groups
-         env -i HOME="$home" XDG_RUNTIME_DIR="$runtime" PATH="$dir/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+         env -i HOME="$home" XDG_RUNTIME_DIR="$runtime"
+         PATH="$dir/bin:${engine_bin_dir:+$engine_bin_dir:}/usr/sbin:/usr/bin:/sbin:/bin")
 as_user() { "${as_user[@]}" "$@"; }
 # Started as "${as_user[@]}" CMD &: setpriv and env exec what they run, so $! is the
 # service's (reaperd's, the holder's) own pid.
-engine_pid="" reaperd_pid="" holder_pid="" pinned_holder="" pinned_file="" cli=() rm=()
+engine_pid="" reaperd_pid="" holder_pid="" pinned_holder="" pinned_file="" marker="" cli=() rm=()
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cleanup() {
@@ -61,7 +69,7 @@ cleanup() {
   local status=$?
   set +e
   # The immutable file blocks the engine's remove and the removal of this run's dir.
-  [ -n "$pinned_file" ] && chattr -i "$pinned_file" 2>/dev/null
+  [ -n "$pinned_file" ] && unpin 2>/dev/null
   [ -n "$pinned_holder" ] && kill "$pinned_holder" 2>/dev/null && wait_gone "$pinned_holder"
   [ -n "$holder_pid" ] && kill "$holder_pid" 2>/dev/null && wait_gone "$holder_pid"
   [ -n "$reaperd_pid" ] && kill "$reaperd_pid" 2>/dev/null && wait_gone "$reaperd_pid"
@@ -91,6 +99,12 @@ cleanup() {
   exit "$status"
 }
 wait_gone() { for _ in $(seq 1 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; }
+# Frees the pinned file wherever it is now: Podman 5.8's failed remove has moved the layer into
+# its storage's vfs/tempdirs (4.3 and 5.4 leave it in vfs/dir).
+unpin() {
+  find "$storage" -name "$marker" -exec chattr -i {} +
+  pinned_file=""
+}
 trap cleanup EXIT
 
 # What differs between the two: the log's place in inspect, and networks. Rootless Docker
@@ -214,8 +228,9 @@ if [ -n "$pinned_file" ] && chattr +i "$pinned_file"; then
     fail "no failed and retried delete of the pinned orphan ($pinned_id)"
   fi
   if [ "$engine" = podman ]; then
-    # Podman 4.3 drops the container from its database before its root file system, so the
-    # 500 leaves no container behind (its storage stays, `podman ps --external`): its remove
+    # Podman (4.3, 5.4, 5.8) drops the container from its database before its root file
+    # system, so the 500 leaves no container behind (its storage stays, `podman ps --external`;
+    # 5.8 moves it into vfs/tempdirs first): its remove
     # event, or else the retry's fresh inspect, tells reaperd it is gone, and reaperd says so.
     forgotten() {
       grep -E -q "(container already gone; nothing to reap|container gone from the engine after a failed reap).*$pinned_id" \
@@ -230,12 +245,10 @@ if [ -n "$pinned_file" ] && chattr +i "$pinned_file"; then
     else
       fail "Podman's failed remove: reaperd did not record the orphan gone"
     fi
-    chattr -i "$pinned_file"
-    pinned_file=""
+    unpin
   else
     as_user "${cli[@]}" inspect pinned >/dev/null 2>&1 || fail "the engine dropped the orphan on its failed remove"
-    chattr -i "$pinned_file"
-    pinned_file=""
+    unpin
     pinned_gone=0
     for _ in $(seq 1 300); do
       as_user "${cli[@]}" inspect pinned >/dev/null 2>&1 || { pinned_gone=1; break; }
