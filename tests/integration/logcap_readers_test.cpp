@@ -248,6 +248,36 @@ bool consecutive(const std::vector<std::uint64_t>& numbers) {
     return !numbers.empty();
 }
 
+// A `logs --tail 200` answer (`ask` runs the reader once), as numbers. It is whole when it came
+// within 1 s with 200 consecutive lines, the newest at least `newest_before`. Podman's own
+// k8s-file reader is not whole now and then behind a live writer, cut or not: 4.3 answers
+// "unable to read log file ... is not a valid container log line" (README, Rootless engines;
+// once here a one-line answer beside two CPU-bound loops, once in CI 200 lines not
+// consecutive, the newest older than the log's), and 5.8's `--tail 200` gave 400 lines, or
+// 358 out of order, in 1-2 of 100 tries with no cut at all. So a Podman answer that is not
+// whole is asked again, at most twice, and the first such answer is kept to be told.
+struct TailAnswer {
+    Output answer;
+    std::vector<std::uint64_t> lines;
+    bool whole = false;
+    int podman_retries = 0;
+    std::string first_answer;
+};
+template <typename Ask>
+TailAnswer ask_tail_200(const Ask& ask, std::uint64_t newest_before, bool podman) {
+    TailAnswer tail;
+    for (;;) {
+        tail.answer = ask();
+        tail.lines.clear();
+        std::istringstream text(tail.answer.text);
+        for (std::string line; std::getline(text, line);) tail.lines.push_back(std::strtoull(line.c_str(), nullptr, 10));
+        tail.whole = tail.answer.took < 1000ms && tail.lines.size() == 200u && consecutive(tail.lines) &&
+                     tail.lines.back() >= newest_before;
+        if (tail.whole || !podman || tail.podman_retries == 2) return tail;
+        if (!tail.podman_retries++) tail.first_answer = tail.answer.text.substr(0, 200);
+    }
+}
+
 // The newest log kept on disk, read as a user could: from the first data past the holes
 // (SEEK_DATA). Read again when a cut came in the middle of the read. `told`, when given, says
 // what the last read found: where its data began, how much was read and parsed, and the text
@@ -441,13 +471,16 @@ void check_readers(const std::string& writer, const std::string& what, bool lagg
     std::vector<std::uint64_t> on_disk;
     if (driver == "json-file") readable_newest_bytes(log, on_disk);
     const std::uint64_t newest_before = on_disk.empty() ? 0 : on_disk.back();
-    auto tail = run("timeout 6 " + docker("logs --tail 200 " + id) + " 2>&1");
-    std::vector<std::uint64_t> lines;
-    std::istringstream text(tail.text);
-    for (std::string line; std::getline(text, line);) lines.push_back(std::strtoull(line.c_str(), nullptr, 10));
-    BOOST_TEST_MESSAGE(what << ": --tail 200 took " << tail.took.count() << " ms, " << lines.size() << " lines");
-    BOOST_TEST(tail.took < 1000ms);
-    BOOST_TEST(lines.size() == 200u, tail.text.substr(0, 300));
+    const auto tail = ask_tail_200([&] { return run("timeout 6 " + docker("logs --tail 200 " + id) + " 2>&1"); },
+                                   newest_before, podman);
+    const auto& lines = tail.lines;
+    BOOST_TEST_MESSAGE(what << ": --tail 200 took " << tail.answer.took.count() << " ms, " << lines.size() << " lines"
+                            << (tail.podman_retries ? " (Podman's reader was not whole " +
+                                                          std::to_string(tail.podman_retries) +
+                                                          " time(s) first: " + tail.first_answer + ")"
+                                                    : std::string()));
+    BOOST_TEST(tail.answer.took < 1000ms);
+    BOOST_TEST(lines.size() == 200u, tail.answer.text.substr(0, 300));
     BOOST_TEST(consecutive(lines));
     BOOST_TEST((!lines.empty() && lines.back() >= newest_before));
 
@@ -655,46 +688,23 @@ std::vector<AfterCuts> readers_after(const std::string& driver, reaperd::logcap:
         const std::uint64_t newest_before = driver == "local" ? 0 : newest_number(log);
         const int dockerd = podman ? -1 : engine().daemon_pid();
         const auto ticks_before = dockerd > 0 ? cpu_ticks(dockerd) : 0;
-        const auto ask_tail = [&] { return run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1"); };
-        const auto numbers_in = [](const Output& answer) {
-            std::vector<std::uint64_t> numbers;
-            std::istringstream text(answer.text);
-            for (std::string line; std::getline(text, line);)
-                numbers.push_back(std::strtoull(line.c_str(), nullptr, 10));
-            return numbers;
-        };
-        const auto whole = [&](const Output& answer, const std::vector<std::uint64_t>& numbers) {
-            return answer.took < 1000ms && numbers.size() == 200u && consecutive(numbers) &&
-                   numbers.back() >= newest_before;
-        };
-        auto tail = ask_tail();
-        auto lines = numbers_in(tail);
-        // Podman's own k8s-file reader is not whole now and then behind a live writer, cut or
-        // not: 4.3 answers "unable to read log file ... is not a valid container log line"
-        // (README, Rootless engines; once here a one-line answer beside two CPU-bound loops),
-        // and 5.8's `--tail 200` gave 400 lines, or 358 out of order, in 1-2 of 100 tries with no
-        // cut at all. A Podman answer that is not whole is asked again, at most twice, and told
-        // with its text.
-        int podman_retries = 0;
-        std::string first_answer;
-        while (podman && podman_retries < 2 && !whole(tail, lines)) {
-            if (!podman_retries++) first_answer = tail.text.substr(0, 200);
-            tail = ask_tail();
-            lines = numbers_in(tail);
-        }
+        const auto tail = ask_tail_200(
+            [&] { return run("timeout 6 " + readers[i].cli("logs --tail 200 " + id) + " 2>&1"); }, newest_before, podman);
+        const auto& lines = tail.lines;
         const auto ticks = dockerd > 0 ? cpu_ticks(dockerd) - ticks_before : 0;
-        seen[i].tail_whole = whole(tail, lines);
+        seen[i].tail_whole = tail.whole;
         const auto plain = run("timeout 6 " + readers[i].cli("logs " + id) + " 2>/dev/null");
         std::istringstream plain_text(plain.text);
         const auto plain_order = order_of(plain_text);
         seen[i].told += "; --tail 200: " +
-                        (podman_retries ? "(Podman's reader was not whole " + std::to_string(podman_retries) +
-                                                  " time(s) first: " + first_answer + ") "
-                                            : std::string()) +
-                        (lines.size() == 200u ? "" : "[" + tail.text.substr(0, 200) + "] ") +
+                        (tail.podman_retries ? "(Podman's reader was not whole " +
+                                                       std::to_string(tail.podman_retries) +
+                                                       " time(s) first: " + tail.first_answer + ") "
+                                                 : std::string()) +
+                        (lines.size() == 200u ? "" : "[" + tail.answer.text.substr(0, 200) + "] ") +
                         std::to_string(lines.size()) + " lines" +
                         (lines.size() == 200u && consecutive(lines) ? ", consecutive" : "") + ", in " +
-                        std::to_string(tail.took.count()) + " ms" +
+                        std::to_string(tail.answer.took.count()) + " ms" +
                         (dockerd > 0 ? ", dockerd " + std::to_string(ticks) + " ticks" : "") + "; plain: " +
                         std::to_string(plain_order.lines) + " lines (" + std::to_string(plain_order.breaks) +
                         " breaks in their order) in " + std::to_string(plain.took.count()) + " ms";
