@@ -7,43 +7,60 @@
 # (tests/harness/engine-guard, stopped by its pid). The first line names the engine's version.
 # Unstable moves: when docker-sid no longer fetches or runs here, this says exactly that and
 # exits 0 without running; docker-trixie is required.
-# docker-rootless: Debian 12's own Docker 20.10, each private dockerd run rootless as the plain
-# user reaperd-test through dockerd-rootless.sh (tests/harness/engine-guard with
-# REAPER_DOCKER_ROOTLESS=1), against the integration tests' engine-neutral cases (the ones the
-# Podman stages run; tests/CMakeLists.txt).
+# docker-rootless: each private dockerd run rootless as the plain user reaperd-test through the
+# engine's own dockerd-rootless.sh (tests/harness/engine-guard with REAPER_DOCKER_ROOTLESS=1),
+# against the integration tests' engine-neutral cases (the ones the Podman stages run;
+# tests/CMakeLists.txt): Debian 12's own Docker 20.10, or with --engine trixie|sid the fetched
+# Docker 26.1 or 28.5 (sid: skipped, as above, when unavailable).
 #
-#   scripts/test-engine.sh docker-trixie|docker-sid|docker-rootless [--build DIR] [-- CTEST_ARGS...]
+#   scripts/test-engine.sh docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]
+#   scripts/test-engine.sh docker-rootless [--engine trixie|sid] [--build DIR] [-- CTEST_ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage() {
+  echo "usage: $0 docker-trixie|docker-sid|docker-rootless [--engine trixie|sid] [--build DIR] [-- CTEST_ARGS...]" >&2
+  exit 64
+}
 engine=${1:-}
 case "$engine" in
   docker-trixie | docker-sid | docker-rootless) shift ;;
-  *) echo "usage: $0 docker-trixie|docker-sid|docker-rootless [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+  *) usage ;;
 esac
 build=build
+rootless_suite=""
 ctest_flags=()
 while (($#)); do
   case "$1" in
     --build) build=$2; shift ;;
+    --engine)
+      [ "$engine" = docker-rootless ] || usage
+      case "${2:-}" in trixie | sid) rootless_suite=$2 ;; *) usage ;; esac
+      shift ;;
     --) shift; ctest_flags+=("$@"); break ;;
-    *) echo "usage: $0 docker-trixie|docker-sid|docker-rootless [--build DIR] [-- CTEST_ARGS...]" >&2; exit 64 ;;
+    *) usage ;;
   esac
   shift
 done
-suite=${engine#docker-}
+if [ "$engine" = docker-rootless ]; then suite=$rootless_suite; else suite=${engine#docker-}; fi
 cache=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines/$suite
 
 scripts/deps.sh
-if [ "$engine" = docker-rootless ]; then
-  echo "test-engine: $engine: $(dockerd --version), rootless as reaperd-test, $(rootlesskit --version)"
-else
-  scripts/fetch-testcontainers.sh  # own_clients_test runs testcontainers-node
+if [ -n "$suite" ]; then
+  [ "$engine" = docker-rootless ] || scripts/fetch-testcontainers.sh  # own_clients_test runs testcontainers-node
   scripts/fetch-engines.sh "$suite"
   if [ -e "$cache/unavailable" ]; then
-    echo "test-engine: $engine: SKIPPED, the engine is unavailable on this machine: $(cat "$cache/unavailable")"
+    echo "test-engine: $engine${rootless_suite:+ $rootless_suite}: SKIPPED, the engine is unavailable on this machine: $(cat "$cache/unavailable")"
     exit 0
   fi
+fi
+if [ "$engine" = docker-rootless ]; then
+  # The harness runs the fetched engine (REAPER_TEST_ENGINE) rootless (the generated CTest
+  # file sets REAPER_DOCKER_ROOTLESS=1).
+  [ -z "$suite" ] || export REAPER_TEST_ENGINE=docker-$suite
+  echo "test-engine: $engine: $(PATH=${suite:+$cache/root/usr/sbin:$cache/root/usr/bin:}$PATH dockerd --version)," \
+    "rootless as reaperd-test, $(rootlesskit --version), $(slirp4netns --version | head -1)"
+else
   echo "test-engine: $engine: $(cat "$cache/versions")"
 fi
 
