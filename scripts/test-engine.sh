@@ -11,7 +11,9 @@
 # engine's own dockerd-rootless.sh (tests/harness/engine-guard with REAPER_DOCKER_ROOTLESS=1),
 # against the integration tests' engine-neutral cases (the ones the Podman stages run;
 # tests/CMakeLists.txt): Debian 12's own Docker 20.10, or with --engine trixie|sid the fetched
-# Docker 26.1 or 28.5 (sid: skipped, as above, when unavailable).
+# Docker 26.1 or 28.5 (sid: skipped, as above, when unavailable), and then also the plain user's
+# own rootless Docker with the XDG defaults (tests/rootless/run.sh; on 20.10 that is the main
+# suite's rootless_docker_test).
 #
 #   scripts/test-engine.sh docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]
 #   scripts/test-engine.sh docker-rootless [--engine trixie|sid] [--build DIR] [-- CTEST_ARGS...]
@@ -70,6 +72,8 @@ cmake --build "$build" -j"$(nproc)"
 
 export REAPER_TEST_RUN=run$$
 status=0
+# Debian 12's rootless Docker as the plain user is the main suite's rootless_docker_test.
+[ "$engine" = docker-rootless ] && [ -z "$suite" ] && ctest_flags=(-E '^docker-rootless\.rootless_docker_test$' "${ctest_flags[@]}")
 ctest --test-dir "$build/tests/engine-$engine" --output-on-failure -j2 "${ctest_flags[@]}" || status=$?
 
 left=$(pgrep -af -- "--data-root /tmp/reaper-engine\.$REAPER_TEST_RUN\." || true)

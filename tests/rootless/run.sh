@@ -3,10 +3,15 @@
 # (setup-user.sh) runs the engine and reaperd with the XDG defaults only: no --config, no
 # DOCKER_HOST, no control.socket or state.dir. The engine is one of
 #   podman  Debian 12's Podman 4.3.1, `podman system service` on $XDG_RUNTIME_DIR/podman/podman.sock
-#   docker  Debian 12's Docker 20.10 through its dockerd-rootless.sh (RootlessKit 1.1) on
-#           $XDG_RUNTIME_DIR/docker.sock, with RootlessKit's host network: slirp4netns needs
-#           /dev/net/tun, which is root's only (0600) on this machine, and the containers run
-#           with no network anyway.
+#   docker  Docker through its own dockerd-rootless.sh (RootlessKit) on
+#           $XDG_RUNTIME_DIR/docker.sock with RootlessKit's default network, slirp4netns:
+#           Debian 12's 20.10, or with REAPER_TEST_ENGINE=docker-trixie|docker-sid the Docker
+#           26.1 or 28.5 that scripts/fetch-engines.sh unpacked (its CLI too). slirp4netns
+#           opens /dev/net/tun, which a plain user may on a usual host (0666) but not here
+#           (0600, root's): the engine runs in a mount namespace of its own where a node of
+#           this run's dir, the user's, is bound over /dev/net/tun (tests/harness/engine-guard
+#           does the same); the host's is untouched. RootlessKit's host network cannot serve
+#           26.1 (it panics on every GET /version) nor 28.5 (its script refuses it).
 # It checks that
 #   - reaperd reads $XDG_CONFIG_HOME/reaperd/reaperd.yaml, listens on
 #     $XDG_RUNTIME_DIR/reaperd/control.sock, keeps its state in $XDG_STATE_HOME/reaperd, and
@@ -27,7 +32,8 @@
 # Usage: run.sh REAPERD REAPERCTL [podman|docker]
 # Environment (two_users.sh sets them): REAPER_ROOTLESS_USER, the user to run as (reaperd-test);
 # REAPER_ROOTLESS_OTHER_USER, the user whose attempt at the socket must fail (else uid 65534);
-# REAPER_ROOTLESS_RUNAWAY=0 leaves the runaway log out (one runaway at a time on 2 cores).
+# REAPER_ROOTLESS_RUNAWAY=0 leaves the runaway log out (one runaway at a time on 2 cores);
+# REAPER_TEST_ENGINE=docker-trixie|docker-sid, Docker's release (above).
 set -euo pipefail
 reaperd_bin=$1
 reaperctl_bin=$2
@@ -48,10 +54,25 @@ chown "$user:" "$home" "$runtime"
 
 # The Podman in the caller's PATH is the user's: scripts/test-podman.sh --engine trixie|sid puts
 # Podman 5.4 or 5.8 there (a wrapper under /var/cache/reaperd-test, readable by every user).
-engine_bin_dir=""
+# Docker's is the one REAPER_TEST_ENGINE names, with its CLI, which `reaperctl run --own` runs:
+# scripts/test-engine.sh docker-rootless --engine trixie|sid sets it.
+engine_bin_dir="" engine_root=""
 if [ "$engine" = podman ]; then
   engine_bin_dir=$(dirname "$(command -v podman)")
   [ "$engine_bin_dir" = /usr/bin ] && engine_bin_dir=""
+else
+  # REAPER_TEST_ENGINE as the harness reads it (tests/harness/engine.hpp); podman there means
+  # nothing to a Docker run.
+  case "${REAPER_TEST_ENGINE:-}" in
+    "" | docker | podman) ;;
+    docker-trixie | docker-sid)
+      engine_root=${REAPERD_TEST_CACHE:-/var/cache/reaperd-test}/engines/${REAPER_TEST_ENGINE#docker-}/root
+      [ -x "$engine_root/usr/sbin/dockerd" ] ||
+        { echo "run.sh: no engine in $engine_root; run scripts/fetch-engines.sh ${REAPER_TEST_ENGINE#docker-}" >&2; exit 1; }
+      engine_bin_dir=$engine_root/usr/sbin:$engine_root/usr/bin ;;
+    *) echo "run.sh: REAPER_TEST_ENGINE=$REAPER_TEST_ENGINE: rootless Docker runs docker (Debian 12's), docker-trixie or docker-sid" >&2
+       exit 64 ;;
+  esac
 fi
 as_user=(setpriv --reuid="$user" --regid="$user" --init-groups
          env -i HOME="$home" XDG_RUNTIME_DIR="$runtime"
@@ -107,14 +128,12 @@ unpin() {
 }
 trap cleanup EXIT
 
-# What differs between the two: the log's place in inspect, and networks. Rootless Docker
-# with RootlessKit's host network cannot make a bridge ("operation not permitted": its
-# network namespace is the host's), so there the session owns a container and a volume only.
+# What differs between the two: the log's place in inspect, and a forced remove's wait.
 case "$engine" in
   podman) cli=(podman) socket=$runtime/podman/podman.sock storage=$home/.local/share/containers
-          log_field='{{.HostConfig.LogConfig.Path}}' network=s1net rm=(rm -f -t 0) ;;
+          log_field='{{.HostConfig.LogConfig.Path}}' rm=(rm -f -t 0) ;;
   docker) cli=(docker -H "unix://$runtime/docker.sock") socket=$runtime/docker.sock storage=$home/.local/share/docker
-          log_field='{{.LogPath}}' network="" rm=(rm -f) ;;
+          log_field='{{.LogPath}}' rm=(rm -f) ;;
   *) echo "usage: $0 REAPERD REAPERCTL [podman|docker]" >&2; exit 64 ;;
 esac
 # Podman as RECIPES section 9 runs it: runc, cgroupfs, the file events logger, no network, vfs.
@@ -142,8 +161,11 @@ chmod 0644 "$dir/bb.tar"
 if [ "$engine" = podman ]; then
   "${as_user[@]}" podman system service --time=0 "unix://$socket" >"$dir/engine.log" 2>&1 </dev/null &
 else
-  "${as_user[@]}" DOCKERD_ROOTLESS_ROOTLESSKIT_NET=host DOCKERD_ROOTLESS_ROOTLESSKIT_PORT_DRIVER=none \
-    sh /usr/share/docker.io/contrib/dockerd-rootless.sh --host "unix://$socket" --data-root "$storage" \
+  mknod -m 0600 "$dir/tun" c 10 200
+  chown "$user:" "$dir/tun"
+  unshare --mount sh -c 'mount --bind "$0" /dev/net/tun && exec "$@"' "$dir/tun" \
+    "${as_user[@]}" DOCKERD_ROOTLESS_ROOTLESSKIT_NET=slirp4netns DOCKERD_ROOTLESS_ROOTLESSKIT_PORT_DRIVER=builtin \
+    sh "$engine_root/usr/share/docker.io/contrib/dockerd-rootless.sh" --host "unix://$socket" --data-root "$storage" \
     --exec-root "$runtime/docker-exec" --pidfile "$runtime/docker.pid" --storage-driver vfs \
     --iptables=false --ip6tables=false --bridge=none >"$dir/engine.log" 2>&1 </dev/null &
 fi
@@ -175,9 +197,9 @@ as_user "${cli[@]}" run -d --name other-session --label reaperd.session=live --n
 "${as_user[@]}" reaperctl run live -- sleep 600 >/dev/null 2>&1 &
 holder_pid=$!
 # The docker CLI, through run --own's labelling proxy in XDG_RUNTIME_DIR.
-out=$(as_user NETWORK="$network" reaperctl run --own s1 -- sh -c 'echo "proxy $DOCKER_HOST";
+out=$(as_user reaperctl run --own s1 -- sh -c 'echo "proxy $DOCKER_HOST";
   docker run -d --network none bb:latest sleep 600 >/dev/null &&
-  { [ -z "$NETWORK" ] || docker network create "$NETWORK" >/dev/null; } &&
+  docker network create s1net >/dev/null &&
   docker volume create s1vol >/dev/null' 2>&1) || fail "reaperctl run --own: $out"
 echo "$out"
 grep -q "proxy unix://$runtime/reaperctl-own" <<<"$out" && echo "ok: run --own's socket in XDG_RUNTIME_DIR" ||
@@ -186,12 +208,12 @@ grep -q "proxy unix://$runtime/reaperctl-own" <<<"$out" && echo "ok: run --own's
 gone=0
 for _ in $(seq 1 150); do
   left=$(as_user "${cli[@]}" ps -a -q --filter label=reaperd.session=s1
-         [ -z "$network" ] || as_user "${cli[@]}" network ls -q --filter name=s1net
+         as_user "${cli[@]}" network ls -q --filter name=s1net
          as_user "${cli[@]}" volume ls -q --filter name=s1vol)
   [ -z "$left" ] && { gone=1; break; }
   sleep 0.1
 done
-((gone)) && echo "ok: session s1's container, ${network:+network, }volume reaped" || fail "left after s1 ended: $left"
+((gone)) && echo "ok: session s1's container, network, volume reaped" || fail "left after s1 ended: $left"
 for name in outsider other-session; do
   [ "$(as_user "${cli[@]}" inspect -f '{{.State.Running}}' "$name" 2>&1)" = true ] && echo "ok: $name untouched" ||
     fail "$name was touched"
