@@ -58,8 +58,9 @@ if [ -n "$suite" ]; then
 fi
 if [ "$engine" = docker-rootless ]; then
   # The harness runs the fetched engine (REAPER_TEST_ENGINE) rootless (the generated CTest
-  # file sets REAPER_DOCKER_ROOTLESS=1).
-  [ -z "$suite" ] || export REAPER_TEST_ENGINE=docker-$suite
+  # file sets REAPER_DOCKER_ROOTLESS=1); without --engine, Debian 12's, whatever the caller's
+  # environment says.
+  if [ -n "$suite" ]; then export REAPER_TEST_ENGINE=docker-$suite; else unset REAPER_TEST_ENGINE; fi
   echo "test-engine: $engine: $(PATH=${suite:+$cache/root/usr/sbin:$cache/root/usr/bin:}$PATH dockerd --version)," \
     "rootless as reaperd-test, $(rootlesskit --version), $(slirp4netns --version | head -1)"
 else
