@@ -3,7 +3,6 @@
 #include <boost/test/unit_test.hpp>
 
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -52,9 +51,16 @@ std::string row_of(const std::string& text, const std::string& start) {
 std::set<std::string> quoted(const std::string& line) {
     std::set<std::string> words;
     const std::string rest = line.substr(line.find('|', 1));
-    static const std::regex word("`([^`]+)`");
-    for (std::sregex_iterator it(rest.begin(), rest.end(), word), end; it != end; ++it)
-        words.insert((*it)[1].str());
+    for (auto open = rest.find('`'); open != std::string::npos;) {
+        const auto close = rest.find('`', open + 1);
+        if (close == std::string::npos) break;
+        if (close == open + 1) {  // `` quotes nothing; its second mark may open a word
+            open = close;
+            continue;
+        }
+        words.insert(rest.substr(open + 1, close - open - 1));
+        open = rest.find('`', close + 1);
+    }
     return words;
 }
 

@@ -830,8 +830,10 @@ std::optional<std::string> add_log_rotation(std::string_view body, std::string_v
     const auto options = rotation_options(log_cap_for(labels, cap_bytes));
     if (options.empty()) return std::nullopt;
     std::string config_members;
-    for (const auto& [key, value] : options)
-        config_members += (config_members.empty() ? "" : ",") + json_string(key) + ":" + json_string(value);
+    for (const auto& [key, value] : options) {
+        if (!config_members.empty()) config_members += ',';
+        config_members += json_string(key) + ":" + json_string(value);
+    }
     const std::string config = "{" + config_members + "}";
 
     std::string out(body);

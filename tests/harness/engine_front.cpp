@@ -33,7 +33,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 
@@ -76,10 +75,7 @@ public:
         std::string uri = request.getURI();
         present_headers(response);
 
-        static const std::regex versioned(R"(^/v([0-9][0-9.]*)(/.*)$)");
-        std::smatch match;
-        if (std::regex_match(uri, match, versioned)) {
-            const std::string version = match[1];
+        if (auto [version, rest] = http_forward::split_version(uri); !version.empty()) {
             if (compare_versions(version, profile_.min_api) < 0)
                 return refuse(response, "client version " + version +
                                             " is too old. Minimum supported API version is " +
@@ -89,7 +85,7 @@ public:
                 return refuse(response, "client version " + version +
                                             " is too new. Maximum supported API version is " +
                                             profile_.max_api);
-            uri = match[2];
+            uri = std::move(rest);
         }
         const std::string path = uri.substr(0, uri.find('?'));
 

@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
-#include <regex>
 #include <stdexcept>
 
 namespace reaper::test {
@@ -40,11 +39,7 @@ namespace {
 
 // The path a request names, as the engine routes it: without its /vX.Y prefix and query.
 std::string route_of(const std::string& uri) {
-    static const std::regex versioned(R"(^/v[0-9][0-9.]*(/.*)$)");
-    std::string path = uri.substr(0, uri.find('?'));
-    std::smatch match;
-    if (std::regex_match(path, match, versioned)) return match[1];
-    return path;
+    return http_forward::split_version(uri.substr(0, uri.find('?'))).rest;
 }
 
 // Ends the client's connection without an answer; Poco's server sends none when the handler

@@ -40,6 +40,20 @@ inline bool is_hop_by_hop(const std::string& name) {
     return false;
 }
 
+// A request target as the engine's router splits it: the version of its optional /vX.Y
+// prefix ("" when it has none) and the rest, from the slash after the prefix.
+struct VersionedTarget {
+    std::string version;
+    std::string rest;
+};
+inline VersionedTarget split_version(const std::string& target) {
+    const auto slash = target.find('/', 1);
+    if (target.size() > 2 && target[0] == '/' && target[1] == 'v' && target[2] >= '0' && target[2] <= '9' &&
+        slash != std::string::npos && target.find_first_not_of("0123456789.", 2) == slash)
+        return {target.substr(2, slash - 2), target.substr(slash)};
+    return {"", target};
+}
+
 // The request's body, whole (Content-Length or chunked). A request with neither has none, as
 // the engine's Go server reads it; Poco would read such a POST until the client hangs up.
 inline std::string read_body(Poco::Net::HTTPServerRequest& request) {
