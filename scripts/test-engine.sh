@@ -12,8 +12,8 @@
 # against the integration tests' engine-neutral cases (the ones the Podman stages run;
 # tests/CMakeLists.txt): Debian 12's own Docker 20.10, or with --engine trixie|sid the fetched
 # Docker 26.1 or 28.5 (sid: skipped, as above, when unavailable), and then also the plain user's
-# own rootless Docker with the XDG defaults (tests/rootless/run.sh; on 20.10 that is the main
-# suite's rootless_docker_test).
+# own rootless Docker with the XDG defaults, alone and two users side by side
+# (tests/rootless/run.sh, two_users.sh; on 20.10 those are the main suite's rootless tests).
 #
 #   scripts/test-engine.sh docker-trixie|docker-sid [--build DIR] [-- CTEST_ARGS...]
 #   scripts/test-engine.sh docker-rootless [--engine trixie|sid] [--build DIR] [-- CTEST_ARGS...]
@@ -73,8 +73,10 @@ cmake --build "$build" -j"$(nproc)"
 
 export REAPER_TEST_RUN=run$$
 status=0
-# Debian 12's rootless Docker as the plain user is the main suite's rootless_docker_test.
-[ "$engine" = docker-rootless ] && [ -z "$suite" ] && ctest_flags=(-E '^docker-rootless\.rootless_docker_test$' "${ctest_flags[@]}")
+# Debian 12's rootless Docker as the plain user, and two users', are the main suite's
+# rootless_docker_test and rootless_two_users_docker_test.
+[ "$engine" = docker-rootless ] && [ -z "$suite" ] &&
+  ctest_flags=(-E '^docker-rootless\.rootless_(docker|two_users)_test$' "${ctest_flags[@]}")
 ctest --test-dir "$build/tests/engine-$engine" --output-on-failure -j2 "${ctest_flags[@]}" || status=$?
 
 left=$(pgrep -af -- "--data-root /tmp/reaper-engine\.$REAPER_TEST_RUN\." || true)

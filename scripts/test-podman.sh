@@ -15,8 +15,9 @@
 #                                         by scripts/fetch-engines.sh podman-trixie and first in
 #                                         PATH, so the guard and the tests run it; with
 #                                         --rootless, rootless Podman 5.4, and the plain user's
-#                                         own Podman 5.4 with the XDG defaults
-#                                         (tests/rootless/run.sh)
+#                                         own Podman 5.4 with the XDG defaults, alone and two
+#                                         users side by side (tests/rootless/run.sh,
+#                                         two_users.sh)
 #   scripts/test-podman.sh --engine sid   the same against Debian unstable's Podman (5.8, API
 #                                         1.44, when this was written; fetch-engines.sh
 #                                         podman-sid). Unstable moves: when it no longer fetches
