@@ -1,5 +1,7 @@
 #include "reaperctl_format.hpp"
 
+#include "reaper/units.hpp"
+
 #include <Poco/Dynamic/Var.h>
 #include <Poco/Exception.h>
 #include <Poco/JSON/Array.h>
@@ -29,6 +31,53 @@ std::string label(const std::string& key) {
     return out;
 }
 
+void append_hex(std::string& out, unsigned char byte) {
+    constexpr char digits[] = "0123456789abcdef";
+    out += "\\x";
+    out += digits[byte >> 4];
+    out += digits[byte & 0xf];
+}
+
+}  // namespace
+
+std::string terminal_safe(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    while (!text.empty()) {
+        const std::size_t bad = reaper::invalid_utf8_at(text);
+        const std::string_view valid = text.substr(0, bad);
+        for (std::size_t i = 0; i < valid.size(); ++i) {
+            const auto byte = static_cast<unsigned char>(valid[i]);
+            const bool c1 = byte == 0xc2 && i + 1 < valid.size() && static_cast<unsigned char>(valid[i + 1]) < 0xa0;
+            if (byte < 0x20 || byte == 0x7f) {
+                append_hex(out, byte);
+            } else if (c1) {  // U+0080-U+009F, among them CSI (U+009B)
+                append_hex(out, byte);
+                append_hex(out, static_cast<unsigned char>(valid[++i]));
+            } else {
+                out += valid[i];
+            }
+        }
+        if (bad == std::string_view::npos) break;
+        append_hex(out, static_cast<unsigned char>(text[bad]));
+        text.remove_prefix(bad + 1);
+    }
+    return out;
+}
+
+namespace {
+
+// Columns a terminal gives text that terminal_safe made: one per code point (wide characters
+// aside), so a name such as "sessiön" keeps its column aligned.
+std::size_t columns_of(std::string_view text) {
+    return static_cast<std::size_t>(
+        std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; }));
+}
+
+// A table cell past this many columns is cut, so that one label value of the engine's (a
+// session id may be any length) cannot pad every row of its column; 64-hex container ids fit.
+constexpr std::size_t max_cell_columns = 80;
+
 std::string scalar_text(const Var& value) {
     if (value.isEmpty()) return "-";
     if (is_object(value)) {
@@ -42,7 +91,24 @@ std::string scalar_text(const Var& value) {
         return out.str();
     }
     if (value.isBoolean()) return value.extract<bool>() ? "yes" : "no";
-    return value.convert<std::string>();
+    const auto text = value.convert<std::string>();
+    return text.empty() ? "\"\"" : terminal_safe(text);
+}
+
+// Cuts `cell` to max_cell_columns, ending it with "..."; true if it did.
+bool cut_cell(std::string& cell) {
+    if (columns_of(cell) <= max_cell_columns) return false;
+    std::size_t kept = 0;
+    std::size_t end = 0;
+    while (end < cell.size() && kept < max_cell_columns - 3) {
+        ++end;
+        while (end < cell.size() && (static_cast<unsigned char>(cell[end]) & 0xc0) == 0x80)
+            ++end;
+        ++kept;
+    }
+    cell.resize(end);
+    cell += "...";
+    return true;
 }
 
 bool all_objects(const Array& array) {
@@ -69,14 +135,16 @@ void render_table(const Array& rows, const std::string& indent, std::ostringstre
             return static_cast<char>(std::toupper(c));
         });
         header.push_back(name);
-        widths.push_back(name.size());
+        widths.push_back(columns_of(name));
     }
+    std::size_t cut = 0;
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto row = rows.getObject(static_cast<unsigned>(i));
         std::vector<std::string> line;
         for (std::size_t c = 0; c < columns.size(); ++c) {
             line.push_back(row->has(columns[c]) ? scalar_text(row->get(columns[c])) : "-");
-            widths[c] = std::max(widths[c], line.back().size());
+            if (cut_cell(line.back())) ++cut;
+            widths[c] = std::max(widths[c], columns_of(line.back()));
         }
         cells.push_back(std::move(line));
     }
@@ -84,12 +152,16 @@ void render_table(const Array& rows, const std::string& indent, std::ostringstre
         std::string text = indent;
         for (std::size_t c = 0; c < line.size(); ++c) {
             text += line[c];
-            if (c + 1 < line.size()) text += std::string(widths[c] - line[c].size() + 2, ' ');
+            if (c + 1 < line.size()) text += std::string(widths[c] - columns_of(line[c]) + 2, ' ');
         }
         out << text << '\n';
     };
     print_row(header);
     for (const auto& line : cells) print_row(line);
+    if (cut > 0) {
+        out << indent << "(" << cut << (cut == 1 ? " cell" : " cells") << " cut at " << max_cell_columns
+            << " characters; --json shows them whole)\n";
+    }
 }
 
 void render_object(const Object& object, const std::string& indent, std::ostringstream& out) {
@@ -161,10 +233,11 @@ std::string format_end_reply(const std::string& session, const reaper::control::
 }
 
 std::string format_orphan_reply(const std::string& reference, const reaper::control::Reply& reply) {
-    if (reply.container.empty()) return "orphan report for " + reference + " accepted";
+    if (reply.container.empty()) return "orphan report for " + terminal_safe(reference) + " accepted";
+    const auto container = terminal_safe(reply.container);
     std::string text = "container ";
-    text += reply.name.empty() ? reply.container : reply.name + " (" + reply.container + ")";
-    if (!reply.session.empty()) text += " of session " + reply.session;
+    text += reply.name.empty() ? container : terminal_safe(reply.name) + " (" + container + ")";
+    if (!reply.session.empty()) text += " of session " + terminal_safe(reply.session);
     if (reply.dry_run.value_or(false)) return text + ": dry run: would reap it";
     if (!reply.queued.value_or(false)) return text + ": not queued";
     text += ": queued for reaping";
