@@ -536,3 +536,29 @@ BOOST_AUTO_TEST_CASE(orphan_replies_name_the_full_id_and_whether_it_was_queued) 
     itest::engine_client().remove(stranger, {true, true});
     std::filesystem::remove_all(dir);
 }
+
+// A label value is the engine's, and any user of the engine may set it: what reaperctl shows
+// of it on a terminal carries no control character (reaperctl_format_test has the rules).
+BOOST_AUTO_TEST_CASE(a_label_that_would_drive_the_terminal_is_shown_escaped) {
+    itest::Reaperd d;
+    d.start();
+    const auto dir = make_temp_dir();
+    const std::string evil = "evil\n<3>err: forged \x1b[31mred";
+    const std::string shown = "evil\\x0a<3>err: forged \\x1b[31mred";
+    const auto id = itest::run_container(itest::session_label(evil));
+    BOOST_REQUIRE(itest::eventually([&] { return d.containers_of(evil) == 1; }));
+
+    Reaperctl status(dir, {"--socket", d.socket, "status"});
+    BOOST_TEST(status.wait() == 0, status.stderr_text());
+    const auto table = status.stdout_text();
+    BOOST_TEST(table.find(shown) != std::string::npos, table);
+    BOOST_TEST(table.find('\x1b') == std::string::npos, table);
+    BOOST_TEST(table.find("\n<3>") == std::string::npos, table);
+
+    Reaperctl orphan(dir, {"--socket", d.socket, "orphan", id});
+    BOOST_TEST(orphan.wait() == 0, orphan.stderr_text());
+    BOOST_TEST(orphan.stdout_text().ends_with("(" + id + ") of session " + shown + ": queued for reaping\n"),
+               orphan.stdout_text());
+    BOOST_TEST(itest::eventually([&] { return !itest::exists(id); }));
+    std::filesystem::remove_all(dir);
+}
