@@ -120,7 +120,11 @@ struct UsageError {
     std::string message;
 };
 
-void warn(const std::string& message) { std::fprintf(stderr, "reaperctl: %s\n", message.c_str()); }
+// What reaperctl says on stderr can hold the engine's label values (a refusal names the session a
+// container belongs to): shown terminal-safe, as the status is.
+void warn(const std::string& message) {
+    std::fprintf(stderr, "reaperctl: %s\n", reaperctl::terminal_safe(message).c_str());
+}
 
 // The signals `run` forwards to its tool and `hold` treats as "stop holding".
 const std::vector<int>& forwarded_signals() {

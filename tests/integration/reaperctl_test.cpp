@@ -538,7 +538,8 @@ BOOST_AUTO_TEST_CASE(orphan_replies_name_the_full_id_and_whether_it_was_queued) 
 }
 
 // A label value is the engine's, and any user of the engine may set it: what reaperctl shows
-// of it on a terminal carries no control character (reaperctl_format_test has the rules).
+// of it on a terminal, on stdout or in a refusal on stderr, carries no control character
+// (reaperctl_format_test has the rules).
 BOOST_AUTO_TEST_CASE(a_label_that_would_drive_the_terminal_is_shown_escaped) {
     itest::Reaperd d;
     d.start();
@@ -554,6 +555,14 @@ BOOST_AUTO_TEST_CASE(a_label_that_would_drive_the_terminal_is_shown_escaped) {
     BOOST_TEST(table.find(shown) != std::string::npos, table);
     BOOST_TEST(table.find('\x1b') == std::string::npos, table);
     BOOST_TEST(table.find("\n<3>") == std::string::npos, table);
+
+    // A refusal names the session the container belongs to.
+    Reaperctl refused(dir, {"--socket", d.socket, "orphan", id, "--session", "another"});
+    BOOST_TEST(refused.wait() == 1);
+    BOOST_TEST(refused.stderr_text().find("belongs to session " + shown + ", not another; not reaped") !=
+                   std::string::npos,
+               refused.stderr_text());
+    BOOST_TEST(refused.stderr_text().find('\x1b') == std::string::npos, refused.stderr_text());
 
     Reaperctl orphan(dir, {"--socket", d.socket, "orphan", id});
     BOOST_TEST(orphan.wait() == 0, orphan.stderr_text());
