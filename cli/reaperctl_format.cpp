@@ -31,44 +31,8 @@ std::string label(const std::string& key) {
     return out;
 }
 
-void append_hex(std::string& out, unsigned char byte) {
-    constexpr char digits[] = "0123456789abcdef";
-    out += "\\x";
-    out += digits[byte >> 4];
-    out += digits[byte & 0xf];
-}
-
-}  // namespace
-
-std::string terminal_safe(std::string_view text) {
-    std::string out;
-    out.reserve(text.size());
-    while (!text.empty()) {
-        const std::size_t bad = reaper::invalid_utf8_at(text);
-        const std::string_view valid = text.substr(0, bad);
-        for (std::size_t i = 0; i < valid.size(); ++i) {
-            const auto byte = static_cast<unsigned char>(valid[i]);
-            const bool c1 = byte == 0xc2 && i + 1 < valid.size() && static_cast<unsigned char>(valid[i + 1]) < 0xa0;
-            if (byte < 0x20 || byte == 0x7f) {
-                append_hex(out, byte);
-            } else if (c1) {  // U+0080-U+009F, among them CSI (U+009B)
-                append_hex(out, byte);
-                append_hex(out, static_cast<unsigned char>(valid[++i]));
-            } else {
-                out += valid[i];
-            }
-        }
-        if (bad == std::string_view::npos) break;
-        append_hex(out, static_cast<unsigned char>(text[bad]));
-        text.remove_prefix(bad + 1);
-    }
-    return out;
-}
-
-namespace {
-
-// Columns a terminal gives text that terminal_safe made: one per code point (wide characters
-// aside), so a name such as "sessiön" keeps its column aligned.
+// Columns a terminal gives text that reaper::terminal_safe made: one per code point (wide
+// characters aside), so a name such as "sessiön" keeps its column aligned.
 std::size_t columns_of(std::string_view text) {
     return static_cast<std::size_t>(
         std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; }));
@@ -92,7 +56,7 @@ std::string scalar_text(const Var& value) {
     }
     if (value.isBoolean()) return value.extract<bool>() ? "yes" : "no";
     const auto text = value.convert<std::string>();
-    return text.empty() ? "\"\"" : terminal_safe(text);
+    return text.empty() ? "\"\"" : reaper::terminal_safe(text);
 }
 
 // Cuts `cell` to max_cell_columns, ending it with "..."; true if it did.
@@ -233,11 +197,11 @@ std::string format_end_reply(const std::string& session, const reaper::control::
 }
 
 std::string format_orphan_reply(const std::string& reference, const reaper::control::Reply& reply) {
-    if (reply.container.empty()) return "orphan report for " + terminal_safe(reference) + " accepted";
-    const auto container = terminal_safe(reply.container);
+    if (reply.container.empty()) return "orphan report for " + reaper::terminal_safe(reference) + " accepted";
+    const auto container = reaper::terminal_safe(reply.container);
     std::string text = "container ";
-    text += reply.name.empty() ? container : terminal_safe(reply.name) + " (" + container + ")";
-    if (!reply.session.empty()) text += " of session " + terminal_safe(reply.session);
+    text += reply.name.empty() ? container : reaper::terminal_safe(reply.name) + " (" + container + ")";
+    if (!reply.session.empty()) text += " of session " + reaper::terminal_safe(reply.session);
     if (reply.dry_run.value_or(false)) return text + ": dry run: would reap it";
     if (!reply.queued.value_or(false)) return text + ": not queued";
     text += ": queued for reaping";

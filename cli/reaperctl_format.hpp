@@ -11,16 +11,10 @@
 
 namespace reaperctl {
 
-// `text` (a label value, a name: the engine's, which any of its users may set) as a terminal may
-// show it: control characters (C0, DEL, and C1 such as CSI in UTF-8) and bytes that are not
-// valid UTF-8 as \xNN, so that no value can move the cursor, colour the screen or forge a
-// line; the rest, valid UTF-8 included, as it is.
-std::string terminal_safe(std::string_view text);
-
 // Renders a status JSON object as text for a terminal. Throws std::invalid_argument if the
-// text is not a JSON object. Every value goes through terminal_safe; an empty string shows as
-// ""; a table cell past 80 characters is cut with "...", and a line under the table says how
-// many were cut.
+// text is not a JSON object. Every value goes through reaper::terminal_safe; an empty string
+// shows as ""; a table cell past 80 characters is cut with "...", and a line under the table
+// says how many were cut.
 std::string format_status(std::string_view status_json);
 
 // The counts that are not 0, in the daemon's words: "3 containers, 1 network"; "nothing"

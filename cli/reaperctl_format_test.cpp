@@ -112,28 +112,6 @@ BOOST_AUTO_TEST_CASE(status_shows_which_sessions_have_a_proxy_and_what_it_labell
                "  plain  leased  1       0           no     -                    -                  -\n");
 }
 
-// Label values are the engine's, and any user of the engine may set them: none may drive the
-// terminal that shows them.
-BOOST_AUTO_TEST_CASE(terminal_safe_escapes_what_would_drive_a_terminal) {
-    const std::vector<std::pair<std::string, std::string>> cases{
-        {"build-42", "build-42"},
-        {"sessiön", "sessiön"},                                // valid UTF-8 stays
-        {"a b", "a b"},
-        {"evil\n<3>err: forged", "evil\\x0a<3>err: forged"},  // no forged line
-        {"\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"},       // no colour, no cursor
-        {"bell\a del\x7f", "bell\\x07 del\\x7f"},
-        {"csi\xc2\x9b" "2J", "csi\\xc2\\x9b2J"},              // C1 in UTF-8
-        {"nbsp\xc2\xa0ok", "nbsp\xc2\xa0ok"},                 // U+00A0 is printable
-        {"raw\x9b" "2J", "raw\\x9b2J"},                       // not UTF-8
-        {"cut\xc3", "cut\\xc3"},
-        {std::string("nul\0x", 5), "nul\\x00x"},
-        {"", ""},
-    };
-    for (const auto& [text, expected] : cases) {
-        BOOST_TEST_CONTEXT(expected) { BOOST_TEST(reaperctl::terminal_safe(text) == expected); }
-    }
-}
-
 BOOST_AUTO_TEST_CASE(status_values_are_terminal_safe_and_long_cells_are_cut) {
     const std::string long_id(5000, 'x');
     const std::string status = R"({"sessions": [

@@ -4,7 +4,7 @@
 // usage error, 69 daemon unreachable (logs: the engine), 75 `end --wait` timed out with
 // something of the session left; `run` exits with its tool's
 // status (128+N when the tool was killed by signal N), 126/127 when the tool cannot be started.
-#include "reaper/units.hpp"  // parse_duration, format_duration: the one duration grammar
+#include "reaper/units.hpp"  // the one duration grammar; terminal_safe
 #include "reaper/control.hpp"
 #include "reaper/log_rotation.hpp"
 #include "reaper/proxy.hpp"
@@ -123,7 +123,7 @@ struct UsageError {
 // What reaperctl says on stderr can hold the engine's label values (a refusal names the session a
 // container belongs to): shown terminal-safe, as the status is.
 void warn(const std::string& message) {
-    std::fprintf(stderr, "reaperctl: %s\n", reaperctl::terminal_safe(message).c_str());
+    std::fprintf(stderr, "reaperctl: %s\n", reaper::terminal_safe(message).c_str());
 }
 
 // The signals `run` forwards to its tool and `hold` treats as "stop holding".

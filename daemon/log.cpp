@@ -1,5 +1,7 @@
 #include "log.hpp"
 
+#include "reaper/units.hpp"
+
 #include <systemd/sd-journal.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -79,8 +81,10 @@ std::string journal_field_name(const std::string& name) {
     return out.empty() ? "FIELD" : out;
 }
 
-// Keeps a record on one line: control characters are escaped, and a value with spaces,
-// quotes or '=' is quoted, so `key=value` pairs can be split back apart.
+// Keeps a record on one line that no value can forge or use to drive a terminal: newline, tab
+// and CR as \n, \t and \r, other control characters and bytes that are not UTF-8 as \xNN
+// (reaper::terminal_safe); a value with spaces, quotes or '=' is quoted, so `key=value` pairs
+// can be split back apart.
 std::string escaped(std::string_view text, bool quote_if_needed) {
     bool needs_quotes = false;
     std::string out;
@@ -99,16 +103,11 @@ std::string escaped(std::string_view text, bool quote_if_needed) {
                 out += c;
                 needs_quotes = true;
                 break;
-            default:
-                if (static_cast<unsigned char>(c) < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-                    out += buf;
-                } else {
-                    out += c;
-                }
+            default: out += c;
         }
     }
+    // The escapes above are ASCII, so terminal_safe sees every character whole.
+    out = reaper::terminal_safe(out);
     if (quote_if_needed && (needs_quotes || out.empty())) return "\"" + out + "\"";
     return out;
 }

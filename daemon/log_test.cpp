@@ -82,6 +82,17 @@ BOOST_AUTO_TEST_CASE(values_with_spaces_quotes_and_newlines_stay_on_one_line) {
                "CONTAINER_NAME=\"\" X=\"a=b\" MESSAGE_ID=347221861dca45598661bf3fe804fa0e\n");
 }
 
+// A container's name and labels are the engine's, and any user of the engine may set them: on
+// a terminal, reaperd's log shows them without letting them drive it.
+BOOST_AUTO_TEST_CASE(values_that_would_drive_a_terminal_are_escaped) {
+    auto out = captured_stderr([] {
+        reaperd::log(reaperd::Priority::notice, {}, "container reaped",
+                     {{"SESSION_ID", "csi\xc2\x9b" "2J\x1b[31mred\x7f"}, {"CONTAINER_NAME", "raw\xff caf\xc3\xa9"}});
+    });
+    BOOST_TEST(out == "<5>notice: container reaped SESSION_ID=csi\\xc2\\x9b2J\\x1b[31mred\\x7f "
+                      "CONTAINER_NAME=\"raw\\xff caf\xc3\xa9\"\n");
+}
+
 BOOST_AUTO_TEST_CASE(message_ids_are_distinct_128_bit_hex) {
     namespace id = reaperd::message_id;
     const std::string_view ids[] = {id::container_reaped, id::reap_failed, id::log_capped,

@@ -2,6 +2,7 @@
 
 #include <reaper/control.hpp>
 #include <reaper/log_rotation.hpp>
+#include <reaper/units.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -67,7 +68,8 @@ LogSink stderr_log_sink(LogLevel min_level) {
         if (!record.container_id.empty()) line += " container " + record.container_id.substr(0, 12);
         line += ": " + record.message;
         if (record.error) line += ": " + describe(record.error);
-        line += '\n';
+        // A session id, a tool's own label or the engine's error text may hold anything.
+        line = terminal_safe(line) + '\n';
         // One write per record: lines of concurrent sessions stay whole.
         [[maybe_unused]] auto written = ::write(2, line.data(), line.size());
     };

@@ -319,26 +319,56 @@ std::size_t invalid_utf8_at(std::string_view text) noexcept {
     return std::string_view::npos;
 }
 
+namespace {
+
+void append_hex(std::string& out, unsigned char byte) {
+    constexpr char digits[] = "0123456789abcdef";
+    out += "\\x";
+    out += digits[byte >> 4];
+    out += digits[byte & 0xf];
+}
+
+}  // namespace
+
+std::string terminal_safe(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    while (!text.empty()) {
+        const std::size_t bad = invalid_utf8_at(text);
+        const std::string_view valid = text.substr(0, bad);
+        for (std::size_t i = 0; i < valid.size(); ++i) {
+            const auto byte = static_cast<unsigned char>(valid[i]);
+            const bool c1 = byte == 0xc2 && i + 1 < valid.size() && static_cast<unsigned char>(valid[i + 1]) < 0xa0;
+            if (byte < 0x20 || byte == 0x7f) {
+                append_hex(out, byte);
+            } else if (c1) {  // U+0080-U+009F, among them CSI (U+009B)
+                append_hex(out, byte);
+                append_hex(out, static_cast<unsigned char>(valid[++i]));
+            } else {
+                out += valid[i];
+            }
+        }
+        if (bad == std::string_view::npos) break;
+        append_hex(out, static_cast<unsigned char>(text[bad]));
+        text.remove_prefix(bad + 1);
+    }
+    return out;
+}
+
 std::string quote_for_message(std::string_view text) {
     constexpr std::size_t max_shown = 60;
-    std::string out = "\"";
-    for (std::size_t i = 0; i < text.size() && i < max_shown; ++i) {
-        const char c = text[i];
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-            constexpr char hex[] = "0123456789abcdef";
-            out += "\\x";
-            out += hex[(c >> 4) & 0xf];
-            out += hex[c & 0xf];
-        } else {
-            out += c;
-        }
+    std::size_t shown = std::min(text.size(), max_shown);
+    // Cut where a character starts (a UTF-8 character is at most 4 bytes), so the cut shows no
+    // half of one as \xNN.
+    for (int back = 0; back < 3 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xc0) == 0x80; ++back)
+        --shown;
+    std::string escaped;
+    for (const char c : text.substr(0, shown)) {
+        if (c == '"' || c == '\\') escaped += '\\';
+        escaped += c;
     }
-    if (text.size() > max_shown)
-        out += "...";
-    return out + "\"";
+    // The quotes and backslashes added are ASCII, so terminal_safe sees every character whole.
+    return "\"" + terminal_safe(escaped) + (shown < text.size() ? "...\"" : "\"");
 }
 
 }  // namespace reaper

@@ -245,4 +245,46 @@ BOOST_AUTO_TEST_CASE(utf8) {
     }
 }
 
+// Label values are the engine's, and any user of the engine may set them: none may drive the
+// terminal that shows them.
+BOOST_AUTO_TEST_CASE(terminal_safe_escapes_what_would_drive_a_terminal) {
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"build-42", "build-42"},
+        {"sessiön", "sessiön"},                                // valid UTF-8 stays
+        {"a b", "a b"},
+        {"evil\n<3>err: forged", "evil\\x0a<3>err: forged"},  // no forged line
+        {"\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"},       // no colour, no cursor
+        {"bell\a del\x7f", "bell\\x07 del\\x7f"},
+        {"csi\xc2\x9b" "2J", "csi\\xc2\\x9b2J"},              // C1 in UTF-8
+        {"nbsp\xc2\xa0ok", "nbsp\xc2\xa0ok"},                 // U+00A0 is printable
+        {"raw\x9b" "2J", "raw\\x9b2J"},                       // not UTF-8
+        {"cut\xc3", "cut\\xc3"},
+        {std::string("nul\0x", 5), "nul\\x00x"},
+        {"", ""},
+    };
+    for (const auto& [text, expected] : cases) {
+        BOOST_TEST_CONTEXT(expected) { BOOST_TEST(terminal_safe(text) == expected); }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(quote_for_message_quotes_escapes_and_cuts_at_a_character) {
+    const std::string euro_at_the_cut = std::string(59, 'e') + "\xe2\x82\xac";  // bytes 59-61
+    std::string stray_bytes_shown;  // not UTF-8 at all: the cut backs off 3 bytes at most
+    for (int i = 0; i < 57; ++i) stray_bytes_shown += "\\x80";
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"10sec", "\"10sec\""},
+        {"say \"hi\" \\o/", "\"say \\\"hi\\\" \\\\o/\""},
+        {"1\n", "\"1\\x0a\""},
+        {"csi\xc2\x9b" "2J", "\"csi\\xc2\\x9b2J\""},
+        {"raw\xff", "\"raw\\xff\""},
+        {"caf\xc3\xa9", "\"caf\xc3\xa9\""},
+        {std::string(61, 'x'), "\"" + std::string(60, 'x') + "...\""},
+        {euro_at_the_cut, "\"" + std::string(59, 'e') + "...\""},
+        {std::string(70, '\x80'), "\"" + stray_bytes_shown + "...\""},
+    };
+    for (const auto& [text, expected] : cases) {
+        BOOST_TEST_CONTEXT(expected) { BOOST_TEST(quote_for_message(text) == expected); }
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

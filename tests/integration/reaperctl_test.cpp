@@ -538,14 +538,14 @@ BOOST_AUTO_TEST_CASE(orphan_replies_name_the_full_id_and_whether_it_was_queued) 
 }
 
 // A label value is the engine's, and any user of the engine may set it: what reaperctl shows
-// of it on a terminal, on stdout or in a refusal on stderr, carries no control character
-// (reaperctl_format_test has the rules).
+// of it on a terminal, on stdout or in a refusal on stderr, and what reaperd logs of it carry
+// no control character (units_test has the rules of reaper::terminal_safe).
 BOOST_AUTO_TEST_CASE(a_label_that_would_drive_the_terminal_is_shown_escaped) {
     itest::Reaperd d;
     d.start();
     const auto dir = make_temp_dir();
-    const std::string evil = "evil\n<3>err: forged \x1b[31mred";
-    const std::string shown = "evil\\x0a<3>err: forged \\x1b[31mred";
+    const std::string evil = "evil\n<3>err: forged \x1b[31mred\xc2\x9b" "2J";
+    const std::string shown = "evil\\x0a<3>err: forged \\x1b[31mred\\xc2\\x9b2J";
     const auto id = itest::run_container(itest::session_label(evil));
     BOOST_REQUIRE(itest::eventually([&] { return d.containers_of(evil) == 1; }));
 
@@ -569,5 +569,12 @@ BOOST_AUTO_TEST_CASE(a_label_that_would_drive_the_terminal_is_shown_escaped) {
     BOOST_TEST(orphan.stdout_text().ends_with("(" + id + ") of session " + shown + ": queued for reaping\n"),
                orphan.stdout_text());
     BOOST_TEST(itest::eventually([&] { return !itest::exists(id); }));
+
+    const std::string logged = "SESSION_ID=\"evil\\n<3>err: forged \\x1b[31mred\\xc2\\x9b2J\"";
+    BOOST_TEST(itest::eventually([&] { return d.log_text().find(logged) != std::string::npos; }), d.log_text());
+    const auto log = d.log_text();
+    BOOST_TEST(log.find('\x1b') == std::string::npos);
+    BOOST_TEST(log.find("\xc2\x9b") == std::string::npos);
+    BOOST_TEST(log.find("\n<3>err: forged") == std::string::npos);
     std::filesystem::remove_all(dir);
 }

@@ -94,7 +94,8 @@ struct LogRecord {
 using LogSink = std::function<void(const LogRecord&)>;
 
 // A sink writing one line per record at or above `min_level` to stderr (one write() each,
-// so lines of concurrent sessions do not interleave). The default sink is
+// so lines of concurrent sessions do not interleave), its text as terminal_safe (units.hpp)
+// shows it. The default sink is
 // stderr_log_sink(LogLevel::Warning).
 LogSink stderr_log_sink(LogLevel min_level = LogLevel::Warning);
 

@@ -65,8 +65,14 @@ inline bool valid_utf8(std::string_view text) noexcept {
     return invalid_utf8_at(text) == std::string_view::npos;
 }
 
-// A value from the user for an error message: in double quotes, cut after 60 bytes with
-// "...", quotes and backslashes escaped, control characters as \xNN.
+// `text` (a label value, a name, an engine's error: anything a user of the engine may set) as
+// a terminal may show it: control characters (C0, DEL, and C1 such as CSI in UTF-8) and bytes
+// that are not valid UTF-8 as \xNN, so that no value can move the cursor, colour the screen or
+// forge a line; the rest, valid UTF-8 included, as it is.
+std::string terminal_safe(std::string_view text);
+
+// A value from the user for an error message: in double quotes, cut after 60 bytes (at a
+// character's start) with "...", quotes and backslashes escaped, the rest as terminal_safe.
 std::string quote_for_message(std::string_view text);
 
 }  // namespace reaper
