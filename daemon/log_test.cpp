@@ -3,39 +3,21 @@
 // The journald form is tested against a real journald in tests/integration/journal_test.cpp.
 #include "log.hpp"
 
+#include "captured_stderr.hpp"
+
 #include <boost/test/unit_test.hpp>
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 namespace {
 
-// Runs `emit` with fd 2 pointed at a temp file and returns what it wrote.
+// reaperd's lines on stderr while `emit` runs.
 template <typename F>
 std::string captured_stderr(F emit) {
     // Chosen before the first record and kept for the process: force plain lines.
     setenv("REAPERD_LOG_TARGET", "stderr", 1);
-    char path[] = "/tmp/reaperd-log-test.XXXXXX";
-    int fd = mkstemp(path);
-    BOOST_REQUIRE(fd >= 0);
-    std::fflush(stderr);
-    int saved = dup(STDERR_FILENO);
-    dup2(fd, STDERR_FILENO);
-    emit();
-    std::fflush(stderr);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    close(fd);
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    unlink(path);
-    return text.str();
+    return reaper::test::captured_stderr(emit);
 }
 
 }  // namespace

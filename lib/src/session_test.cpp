@@ -1,5 +1,6 @@
 #include <reaper/session.hpp>
 
+#include "captured_stderr.hpp"
 #include "eventually.hpp"
 #include "fake_control_server.hpp"
 #include "fake_engine.hpp"
@@ -9,11 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
-
-#include <stdlib.h>
-#include <unistd.h>
 
 using namespace reaper;
 using reaper::test::FakeControlServer;
@@ -587,20 +584,10 @@ BOOST_FIXTURE_TEST_CASE(throwing_log_sink_is_contained, Fixture) {
 // A session id, a tool's own label or the engine's error text may hold anything: the default
 // sink's line is one line, and cannot drive the terminal it lands on.
 BOOST_AUTO_TEST_CASE(stderr_sink_lines_are_terminal_safe) {
-    char path[] = "/tmp/reaper-sink-test.XXXXXX";
-    const int file = mkstemp(path);
-    BOOST_REQUIRE(file >= 0);
-    const int saved = dup(STDERR_FILENO);
-    dup2(file, STDERR_FILENO);
-    stderr_log_sink()(LogRecord{LogLevel::Warning, "s\x1b[31m\xc2\x9b", "", "line\nforged", {}});
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    close(file);
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::filesystem::remove(path);
-    BOOST_TEST(text.str() == "reaper: warning: session s\\x1b[31m\\xc2\\x9b: line\\x0aforged\n");
+    const auto line = reaper::test::captured_stderr([] {
+        stderr_log_sink()(LogRecord{LogLevel::Warning, "s\x1b[31m\xc2\x9b", "", "line\nforged", {}});
+    });
+    BOOST_TEST(line == "reaper: warning: session s\\x1b[31m\\xc2\\x9b: line\\x0aforged\n");
 }
 
 BOOST_FIXTURE_TEST_CASE(sessions_in_threads_do_not_disturb_each_other, Fixture) {
