@@ -503,8 +503,12 @@ BOOST_AUTO_TEST_CASE(end_wait_times_out_with_75_while_a_container_cannot_be_remo
     pin.release();
     Reaperctl later(dir, {"--socket", d.socket, "end", "stuck-1", "--wait", "--timeout", "60s"});
     BOOST_TEST(later.wait() == 0, later.stderr_text());
-    BOOST_TEST(later.stdout_text().starts_with("session stuck-1 had already ended; 1 container queued"),
-               later.stdout_text());
+    // reaperd's retry may remove it before this second end arrives (once in 26 runs beside two
+    // CPU-bound loops): then nothing is left to queue.
+    const auto again = later.stdout_text();
+    BOOST_TEST((again.starts_with("session stuck-1 had already ended; 1 container queued") ||
+                again.starts_with("session stuck-1 had already ended; nothing to reap")),
+               again);
     BOOST_TEST(!itest::exists(id));
     std::filesystem::remove_all(dir);
 }
